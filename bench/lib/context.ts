@@ -1,0 +1,71 @@
+// What every scenario gets: options, the running systems, and where to put its results.
+import type { ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { PeerStatus } from './peers.ts';
+import type { Series, Table } from './report.ts';
+
+export interface Options {
+  quick: boolean;
+  scenarios: number[];
+  peers: string[];
+  durationSec: number;
+  warmupSec: number;
+  conns: number[];
+  batchSizes: number[];
+  batchConns: number[];
+  latencyRate: number;
+  latencyStreams: number;
+  latencySubs: number;
+  latencyDurationSec: number;
+  fanoutConns: number;
+  fanoutStreams: number;
+  fanoutRate: number;
+  fanoutDurationSec: number;
+  catchupEvents: number;
+  preload: 'http' | 'sql';
+  stallMs: number;
+  db: string;
+  port: number;
+  naivePort: number;
+  cpuProf: boolean;
+  serverEnv: Record<string, string>;
+  write: boolean;
+}
+
+export interface Server {
+  name: string;
+  port: number;
+  cp: ChildProcess;
+  log: string;
+}
+
+export interface Check {
+  scenario: number;
+  what: string;
+  target: string;
+  got: string;
+  pass: boolean | undefined;
+}
+
+export interface Ctx {
+  opts: Options;
+  dbUrl: string;
+  commitfeed: Server | undefined;
+  naive: Server | undefined;
+  nats: PeerStatus;
+  redis: PeerStatus;
+  tables: Table[];
+  checks: Check[];
+  plot: Series[];
+  /** Problems seen in the systems under test (crashes, lost events), for the report. */
+  problems: string[];
+  /** Restarts commitfeed if it died; returns false if it cannot run. */
+  ensureCommitfeed(scenario: number): Promise<boolean>;
+}
+
+export function log(msg: string): void {
+  const t = new Date().toISOString().slice(11, 19);
+  process.stderr.write(`[${t}] ${msg}\n`);
+}
+
+export const benchFile = (rel: string) => fileURLToPath(new URL(`../${rel}`, import.meta.url));

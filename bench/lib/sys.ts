@@ -1,0 +1,134 @@
+// Machine facts and process readings from /proc (Linux only, like the machines this runs on).
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import os from 'node:os';
+
+const CLK_TCK = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+/** CPU seconds (user + system) a process has used so far, or NaN when it is gone. */
+export function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Pids whose command name is `comm` (e.g. every postgres backend). */
+export function pidsByName(comm: string): number[] {
+  const out: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() === comm) out.push(Number(d));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
+}
+
+/** Total CPU seconds of the processes named `comm` and of their exited children. A backend that
+ * exits is reaped by the postmaster, whose cutime/cstime then hold its seconds, so the sum does
+ * not drop when connections close. */
+export function cpuSecondsByName(comm: string): number {
+  let sum = 0;
+  const pids = pidsByName(comm);
+  const set = new Set(pids);
+  for (const pid of pids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // f[1] is the parent pid; children's times count once, at the top process of the tree
+      const parentIsSame = set.has(Number(f[1]));
+      sum += (Number(f[11]) + Number(f[12]) + (parentIsSame ? 0 : Number(f[13]) + Number(f[14]))) / CLK_TCK;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return sum;
+}
+
+/** Resident memory in KiB (VmRSS), or NaN. */
+export function rssKiB(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) : Number.NaN;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Whole-machine busy CPU seconds so far (all cores), from /proc/stat. */
+export function machineBusySeconds(): number {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0];
+  const v = line.trim().split(/\s+/).slice(1).map(Number);
+  const idle = v[3] + (v[4] ?? 0);
+  const total = v.reduce((x, y) => x + y, 0);
+  return (total - idle) / CLK_TCK;
+}
+
+export interface CpuMark {
+  at: number;
+  server: number;
+  postgres: number;
+  machine: number;
+  extra: number;
+}
+
+/** Samples CPU seconds of the server, all postgres processes, the machine, and any extra pids. */
+export function cpuMark(serverPid: number | undefined, extraPids: number[] = []): CpuMark {
+  let extra = 0;
+  for (const p of extraPids) {
+    const c = cpuSeconds(p);
+    if (!Number.isNaN(c)) extra += c;
+  }
+  return {
+    at: performance.now(),
+    server: serverPid ? cpuSeconds(serverPid) : 0,
+    postgres: cpuSecondsByName('postgres'),
+    machine: machineBusySeconds(),
+    extra,
+  };
+}
+
+/** Cores used between two marks: server, postgres, the whole machine, extra pids. */
+export function coresUsed(
+  a: CpuMark,
+  b: CpuMark,
+): { server: number; postgres: number; machine: number; extra: number } {
+  const sec = (b.at - a.at) / 1000;
+  return {
+    server: (b.server - a.server) / sec,
+    postgres: (b.postgres - a.postgres) / sec,
+    machine: (b.machine - a.machine) / sec,
+    extra: (b.extra - a.extra) / sec,
+  };
+}
+
+export function machineFacts(): Record<string, string> {
+  const cpus = os.cpus();
+  return {
+    cores: String(cpus.length),
+    cpu: cpus[0]?.model ?? 'unknown',
+    memory: `${Math.round(os.totalmem() / 2 ** 30)} GiB`,
+    kernel: `${os.type()} ${os.release()}`,
+    node: process.version,
+  };
+}
+
+/** Cores busy on the whole machine over `ms`: what else is running before a bench starts. */
+export async function machineBusyCores(ms = 1000): Promise<number> {
+  const a = machineBusySeconds();
+  const t = performance.now();
+  await new Promise((r) => setTimeout(r, ms));
+  return (machineBusySeconds() - a) / ((performance.now() - t) / 1000);
+}

@@ -1,0 +1,409 @@
+// commitfeed benchmark suite: `npm run bench [-- flags]`, `npm run bench -- --help` for the flags.
+// Starts commitfeed and a naive peer server against a fresh database, measures them beside NATS
+// JetStream and Redis Streams, prints one table per scenario, and writes bench/RESULTS.md and
+// bench/scenario1.svg. Every process it starts is stopped when it ends, however it ends.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { benchFile, type Ctx, log, type Options, type Server } from './lib/context.ts';
+import { dropNats, dropRedis, type PeerStatus, prepareNats, prepareRedis } from './lib/peers.ts';
+import { spawnNode, stop, waitForHttp } from './lib/proc.ts';
+import { summarizeProfile } from './lib/profile.ts';
+import { markdownTable, plotSvg, textTable } from './lib/report.ts';
+import { machineBusyCores, machineFacts } from './lib/sys.ts';
+import { scenario5 } from './scenarios/catchup.ts';
+import { scenario3, scenario4, scenario6 } from './scenarios/delivery.ts';
+import { scenario1, scenario2 } from './scenarios/publish.ts';
+
+const HELP = `npm run bench -- [flags]
+
+  --quick                 smoke run, under 2 minutes (short runs, smaller scales)
+  --scenarios 1,2,3,4,5,6 which scenarios to run (default all)
+  --peers LIST            peers to measure: naive,naive-nonotify,nats,redis (default all)
+  --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 2)
+  --conns LIST            scenario 1 connections (default 1,16,64,256)
+  --batch-sizes LIST      scenario 2 batch sizes (default 100,1000)
+  --batch-conns LIST      scenario 2 connections (default 4,16; quick 4)
+  --latency-rate N        scenario 3 events/s (default 1000)
+  --latency-streams N     scenario 3 streams (default 10)
+  --latency-subs N        scenario 3 subscribers (default 100)
+  --latency-duration S    scenario 3 seconds per system (default 10; quick 3)
+  --fanout-conns N        scenario 4 SSE connections (default 10000; quick 1000)
+  --fanout-streams N      scenario 4 streams shared by the connections (default 10)
+  --fanout-rate N         scenario 4 events/s (default 100)
+  --fanout-duration S     scenario 4 seconds of publishing (default 10; quick 3)
+  --catchup-events N      scenario 5 preloaded events (default 1000000; quick 100000)
+  --preload http|sql      scenario 5 preload through the API (default) or straight SQL
+  --stall-ms MS           scenario 6 held-transaction time (default 2000)
+  --db NAME               database, dropped and created afresh (default commitfeed_bench)
+  --port N                commitfeed port (default 3210); the naive peer uses --naive-port (3211)
+  --server-env K=V,...    extra environment for the commitfeed server (e.g. POOL_SIZE=20)
+  --cpu-prof              run commitfeed under --cpu-prof and summarise where its CPU went
+  --no-write              print tables only; leave RESULTS.md and the plot alone
+`;
+
+function parseOptions(argv: string[]): Options {
+  const { values: v } = parseArgs({
+    args: argv,
+    options: {
+      help: { type: 'boolean' },
+      quick: { type: 'boolean' },
+      scenarios: { type: 'string' },
+      peers: { type: 'string' },
+      duration: { type: 'string' },
+      conns: { type: 'string' },
+      'batch-sizes': { type: 'string' },
+      'batch-conns': { type: 'string' },
+      'latency-rate': { type: 'string' },
+      'latency-streams': { type: 'string' },
+      'latency-subs': { type: 'string' },
+      'latency-duration': { type: 'string' },
+      'fanout-conns': { type: 'string' },
+      'fanout-streams': { type: 'string' },
+      'fanout-rate': { type: 'string' },
+      'fanout-duration': { type: 'string' },
+      'catchup-events': { type: 'string' },
+      preload: { type: 'string' },
+      'stall-ms': { type: 'string' },
+      db: { type: 'string' },
+      port: { type: 'string' },
+      'naive-port': { type: 'string' },
+      'server-env': { type: 'string' },
+      'cpu-prof': { type: 'boolean' },
+      'no-write': { type: 'boolean' },
+    },
+  });
+  if (v.help) {
+    process.stdout.write(HELP);
+    process.exit(0);
+  }
+  const q = v.quick ?? false;
+  const num = (s: string | undefined, full: number, quick = full) => {
+    if (s === undefined) return q ? quick : full;
+    const n = Number(s);
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`not a positive number: ${s}`);
+    return n;
+  };
+  const list = (s: string | undefined, full: number[], quick = full) =>
+    s === undefined ? (q ? quick : full) : s.split(',').map((x) => num(x, 0));
+  const preload = v.preload ?? 'http';
+  if (preload !== 'http' && preload !== 'sql') throw new Error('--preload is http or sql');
+  const serverEnv: Record<string, string> = {};
+  for (const kv of (v['server-env'] ?? '').split(',').filter(Boolean)) {
+    const i = kv.indexOf('=');
+    serverEnv[kv.slice(0, i)] = kv.slice(i + 1);
+  }
+  const db = v.db ?? 'commitfeed_bench';
+  if (!/^[a-z_][a-z0-9_]*$/.test(db)) throw new Error('--db must be a plain lower-case identifier');
+  return {
+    quick: q,
+    scenarios: list(v.scenarios, [1, 2, 3, 4, 5, 6]),
+    peers: (v.peers ?? 'naive,naive-nonotify,nats,redis').split(',').filter(Boolean),
+    durationSec: num(v.duration, 10, 2),
+    warmupSec: q ? 1 : 2,
+    conns: list(v.conns, [1, 16, 64, 256]),
+    batchSizes: list(v['batch-sizes'], [100, 1000]),
+    batchConns: list(v['batch-conns'], [4, 16], [4]),
+    latencyRate: num(v['latency-rate'], 1000),
+    latencyStreams: num(v['latency-streams'], 10),
+    latencySubs: num(v['latency-subs'], 100),
+    latencyDurationSec: num(v['latency-duration'], 10, 3),
+    fanoutConns: num(v['fanout-conns'], 10_000, 1000),
+    fanoutStreams: num(v['fanout-streams'], 10),
+    fanoutRate: num(v['fanout-rate'], 100),
+    fanoutDurationSec: num(v['fanout-duration'], 10, 3),
+    catchupEvents: num(v['catchup-events'], 1_000_000, 100_000),
+    preload,
+    stallMs: num(v['stall-ms'], 2000),
+    db,
+    port: num(v.port, 3210),
+    naivePort: num(v['naive-port'], 3211),
+    cpuProf: v['cpu-prof'] ?? false,
+    serverEnv,
+    write: !(v['no-write'] ?? false),
+  };
+}
+
+const ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
+
+async function freshDatabase(db: string): Promise<{ url: string; facts: Record<string, string> }> {
+  const admin = new pg.Client({ connectionString: ADMIN_URL });
+  await admin.connect();
+  const facts: Record<string, string> = {};
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+    await admin.query(`CREATE DATABASE ${db}`);
+    const { rows } = await admin.query<{ name: string; setting: string }>(
+      `SELECT name, setting FROM pg_settings
+       WHERE name IN ('server_version', 'max_connections', 'shared_buffers', 'synchronous_commit', 'fsync', 'wal_level')`,
+    );
+    const s = Object.fromEntries(rows.map((r) => [r.name, r.setting]));
+    facts['postgres'] =
+      `PostgreSQL ${s['server_version']} on 127.0.0.1:5432 (synchronous_commit=${s['synchronous_commit']}, fsync=${s['fsync']}, ` +
+      `shared_buffers=${(Number(s['shared_buffers']) * 8) / 1024} MB, max_connections=${s['max_connections']})`;
+  } finally {
+    await admin.end();
+  }
+  const url = `postgres://postgres@127.0.0.1:5432/${db}`;
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    // The DB-ceiling table of scenario 2: the same columns as commitfeed.feed.
+    await c.query(`
+      CREATE SCHEMA bench_ceiling;
+      CREATE TABLE bench_ceiling.feed (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+        stream text NOT NULL,
+        type text NOT NULL,
+        key text,
+        data json NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+      );
+      CREATE INDEX ON bench_ceiling.feed (txid, id);
+      CREATE INDEX ON bench_ceiling.feed (stream, txid, id);`);
+  } finally {
+    await c.end();
+  }
+  return { url, facts };
+}
+
+const PROF_DIR = benchFile('.prof');
+const LOG_DIR = benchFile('.logs');
+
+async function startCommitfeed(opts: Options, dbUrl: string): Promise<Server> {
+  const log = join(LOG_DIR, 'commitfeed.log');
+  const cp = spawnNode('src/main.ts', [], {
+    env: {
+      PORT: String(opts.port),
+      HOST: '127.0.0.1',
+      DATABASE_URL: dbUrl,
+      LOG_LEVEL: 'warn',
+      ...opts.serverEnv,
+    },
+    logFile: log,
+    nodeFlags: opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${PROF_DIR}`] : [],
+  });
+  await waitForHttp(`http://127.0.0.1:${opts.port}/readyz`, cp, 60_000);
+  return { name: 'commitfeed', port: opts.port, cp, log };
+}
+
+async function startNaive(opts: Options, dbUrl: string): Promise<Server> {
+  const log = join(LOG_DIR, 'naive.log');
+  const cp = spawnNode(benchFile('peers/naive-server.ts'), [], {
+    env: { PORT: String(opts.naivePort), DATABASE_URL: dbUrl },
+    logFile: log,
+  });
+  await waitForHttp(`http://127.0.0.1:${opts.naivePort}/readyz`, cp, 30_000);
+  return { name: 'naive', port: opts.naivePort, cp, log };
+}
+
+function gitDescribe(): string {
+  try {
+    return execFileSync('git', ['describe', '--always', '--dirty'], { encoding: 'utf8' }).trim();
+  } catch {
+    return 'unknown';
+  }
+}
+
+function tailOf(file: string, lines = 15): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '';
+  }
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  const opts = parseOptions(argv);
+  const command = `npm run bench${argv.length ? ` -- ${argv.join(' ')}` : ''}`;
+  const started = new Date();
+  const t0 = performance.now();
+  mkdirSync(LOG_DIR, { recursive: true });
+  log(
+    `commitfeed bench: scenarios ${opts.scenarios.join(',')}${opts.quick ? ' (quick)' : ''}; logs in bench/.logs/`,
+  );
+
+  const facts = machineFacts();
+  const busy = await machineBusyCores(1000);
+  facts['load before the run'] = `${busy.toFixed(2)} cores busy (1 s sample)`;
+  if (busy > 0.2)
+    log(`WARNING: the machine is already busy (${busy.toFixed(2)} cores) before the bench starts`);
+  const db = await freshDatabase(opts.db);
+  Object.assign(facts, db.facts);
+  const wants = (p: string) => opts.peers.includes(p);
+  const [nats, redis]: PeerStatus[] = await Promise.all([
+    wants('nats') ? prepareNats() : Promise.resolve({ ok: false, reason: 'not selected (--peers)' }),
+    wants('redis') ? prepareRedis() : Promise.resolve({ ok: false, reason: 'not selected (--peers)' }),
+  ]);
+  facts['nats'] = nats.ok ? nats.version! : `unavailable: ${nats.reason}`;
+  facts['redis'] = redis.ok ? redis.version! : `unavailable: ${redis.reason}`;
+  for (const [name, st] of [
+    ['NATS', nats],
+    ['Redis', redis],
+  ] as const)
+    if (!st.ok && st.reason !== 'not selected (--peers)') log(`PEER SKIPPED: ${name}: ${st.reason}`);
+  facts['commitfeed'] = `git ${gitDescribe()}`;
+
+  const ctx: Ctx = {
+    opts,
+    dbUrl: db.url,
+    commitfeed: undefined,
+    naive: undefined,
+    nats,
+    redis,
+    tables: [],
+    checks: [],
+    plot: [],
+    problems: [],
+    ensureCommitfeed: async (scenario) => {
+      const cur = ctx.commitfeed;
+      if (cur && cur.cp.exitCode === null && cur.cp.signalCode === null) return true;
+      if (cur) {
+        const msg = `commitfeed exited (${cur.cp.exitCode ?? cur.cp.signalCode}) before scenario ${scenario}; last log lines:\n${tailOf(cur.log)}`;
+        ctx.problems.push(msg);
+        log(msg);
+      }
+      if (!existsSync('src/main.ts')) return false;
+      try {
+        ctx.commitfeed = await startCommitfeed(opts, db.url);
+        return true;
+      } catch (err) {
+        ctx.commitfeed = undefined;
+        log(
+          `commitfeed did not start: ${(err as Error).message}\n${tailOf(join(LOG_DIR, 'commitfeed.log'))}`,
+        );
+        ctx.problems.push(`commitfeed did not start: ${(err as Error).message}`);
+        return false;
+      }
+    },
+  };
+
+  try {
+    if (!existsSync('src/main.ts')) log('src/main.ts not found: commitfeed is skipped, peers only');
+    else if (await ctx.ensureCommitfeed(0))
+      log(`commitfeed ready on 127.0.0.1:${opts.port} (pid ${ctx.commitfeed!.cp.pid})`);
+    if (wants('naive') || wants('naive-nonotify')) {
+      ctx.naive = await startNaive(opts, db.url);
+      log(`naive peer ready on 127.0.0.1:${opts.naivePort}`);
+    }
+    const scenarios: Record<number, (c: Ctx) => Promise<void>> = {
+      1: scenario1,
+      2: scenario2,
+      3: scenario3,
+      4: scenario4,
+      5: scenario5,
+      6: scenario6,
+    };
+    for (const n of opts.scenarios) {
+      const run = scenarios[n];
+      if (!run) throw new Error(`no scenario ${n}`);
+      const before = ctx.tables.length;
+      try {
+        await run(ctx);
+      } catch (err) {
+        ctx.problems.push(`scenario ${n} aborted: ${(err as Error).stack}`);
+        log(`scenario ${n} aborted: ${(err as Error).message}`);
+      }
+      for (const t of ctx.tables.slice(before)) process.stdout.write(`\n${textTable(t)}\n\n`);
+    }
+  } finally {
+    if (ctx.commitfeed) await stop(ctx.commitfeed.cp, 10_000);
+    if (ctx.naive) await stop(ctx.naive.cp);
+    await Promise.all([nats.ok ? dropNats() : undefined, redis.ok ? dropRedis() : undefined]);
+  }
+
+  let profile = '';
+  if (opts.cpuProf) {
+    const files = existsSync(PROF_DIR)
+      ? readdirSync(PROF_DIR)
+          .filter((f) => f.endsWith('.cpuprofile'))
+          .map((f) => join(PROF_DIR, f))
+          .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)
+      : [];
+    if (files[0]) {
+      profile = summarizeProfile(files[0]);
+      process.stdout.write(`\n${profile}\n`);
+    } else log('no .cpuprofile was written (did the server exit cleanly on SIGTERM?)');
+  }
+
+  const checks = ctx.checks.map((c) => [
+    String(c.scenario),
+    c.what,
+    c.target,
+    c.got,
+    c.pass === undefined ? 'not measured' : c.pass ? 'met' : 'NOT MET',
+  ]);
+  const checkTable = {
+    title: 'Targets (from DESIGN.md)',
+    columns: ['#', 'what', 'target', 'measured', 'verdict'],
+    rows: checks,
+    notes: [],
+  };
+  process.stdout.write(`\n${textTable(checkTable)}\n`);
+  if (ctx.problems.length)
+    process.stdout.write(`\nProblems seen:\n${ctx.problems.map((p) => `  - ${p}`).join('\n')}\n`);
+  const minutes = (performance.now() - t0) / 60_000;
+  log(`done in ${minutes.toFixed(1)} min`);
+  if (!opts.write) return;
+
+  const svgName = 'scenario1.svg';
+  if (ctx.plot.some((s) => s.throughput.length > 0))
+    writeFileSync(benchFile(svgName), plotSvg('Scenario 1: single-event publish', ctx.plot, opts.conns));
+  const resultsPath = benchFile('RESULTS.md');
+  const marker = '<!-- notes below this line are kept when the bench rewrites this file -->';
+  let kept = `${marker}\n`;
+  if (existsSync(resultsPath)) {
+    const old = readFileSync(resultsPath, 'utf8');
+    const i = old.indexOf(marker);
+    if (i >= 0) kept = old.slice(i);
+  }
+  const md = [
+    '# commitfeed benchmark results',
+    '',
+    `Run ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC, ${minutes.toFixed(1)} min, with:`,
+    '',
+    '```',
+    command,
+    '```',
+    '',
+    '| machine | |',
+    '| --- | --- |',
+    ...Object.entries(facts).map(([k, v]) => `| ${k} | ${v.replace(/\|/g, '\\|')} |`),
+    '',
+    'Everything runs on this one machine: the server under test, PostgreSQL, NATS, Redis, the load generator and the ' +
+      'subscribers share its cores, so every number here is also a statement about that contention (see the CPU columns).',
+    '',
+    '## Targets',
+    '',
+    markdownTable(checkTable).replace(/^### .*\n\n/, ''),
+    '',
+    ...(ctx.problems.length
+      ? ['## Problems seen in this run', '', ...ctx.problems.map((p) => `- ${p.replace(/\n/g, ' ')}`), '']
+      : []),
+    '## Scenarios',
+    '',
+    ...ctx.tables.flatMap((t) => [
+      markdownTable(t),
+      '',
+      ...(t.title.startsWith('Scenario 1') && existsSync(benchFile(svgName))
+        ? [`![scenario 1](${svgName})`, '']
+        : []),
+    ]),
+    ...(profile ? ['## Where the server CPU went (--cpu-prof)', '', '```', profile, '```', ''] : []),
+    kept,
+  ].join('\n');
+  writeFileSync(resultsPath, md);
+  log(`wrote bench/RESULTS.md${ctx.plot.length ? ` and bench/${svgName}` : ''}`);
+}
+
+main().then(
+  () => process.exit(0),
+  (err: Error) => {
+    process.stderr.write(`bench failed: ${err.stack}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,347 @@
+// Scenarios 1 and 2: how many events per second each system accepts, one per request and in
+// batches, with the load generated from a separate process.
+import { benchFile, type Ctx, log } from '../lib/context.ts';
+import { Worker } from '../lib/proc.ts';
+import { fmtMs, fmtNum, type Series, type Table } from '../lib/report.ts';
+import { type CpuMark, coresUsed, cpuMark, pidsByName } from '../lib/sys.ts';
+import type { Target } from '../lib/targets.ts';
+import type { CeilingArgs, CeilingResult } from '../workers/pg-ceiling.ts';
+import type { HttpLoadArgs, HttpLoadResult } from '../workers/http-load.ts';
+import type { PublisherArgs, PublisherResult } from '../workers/publisher.ts';
+
+interface Point {
+  eventsPerSec: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  errors: number;
+  firstError?: string;
+  cpu: string;
+}
+
+interface System {
+  name: string;
+  target: Target;
+  /** pid whose CPU is the "server" column. */
+  serverPid?: number;
+}
+
+function cpuCell(a: CpuMark, b: CpuMark, loaderSec: number): string {
+  const c = coresUsed(a, b);
+  const sec = (b.at - a.at) / 1000;
+  return `${c.server.toFixed(2)} / ${c.postgres.toFixed(2)} / ${(loaderSec / sec).toFixed(2)} / ${c.machine.toFixed(2)}`;
+}
+
+const CPU_NOTE =
+  'CPU columns are cores in use during the run: server / all postgres processes / load generator / whole machine (2 cores = 2.00).';
+
+async function httpPoint(
+  ctx: Ctx,
+  sys: System,
+  path: string,
+  body: string,
+  conns: number,
+  sec: number,
+): Promise<Point> {
+  const args: HttpLoadArgs = {
+    url: `http://127.0.0.1:${sys.target.port}${path}`,
+    body,
+    connections: conns,
+    durationSec: sec,
+  };
+  const w = new Worker<HttpLoadResult>('http-load', benchFile('workers/http-load.ts'), args);
+  const a = cpuMark(sys.serverPid);
+  try {
+    const r = await w.result(sec * 1000 + 60_000);
+    const b = cpuMark(sys.serverPid);
+    const errors = r.non2xx + r.errors + r.timeouts;
+    if (errors > 0)
+      ctx.problems.push(`${sys.name}: ${errors} failed requests at ${conns} connections (${path})`);
+    return {
+      eventsPerSec: r.rps,
+      p50: r.latency.p50,
+      p90: r.latency.p90,
+      p99: r.latency.p99,
+      max: r.latency.max,
+      errors,
+      cpu: cpuCell(a, b, w.cpuSec),
+    };
+  } finally {
+    await w.stop();
+  }
+}
+
+async function nativePoint(sys: System, stream: string, conns: number, sec: number): Promise<Point> {
+  const args: PublisherArgs = {
+    target: sys.target,
+    mode: 'closed',
+    streams: [stream],
+    durationSec: sec,
+    concurrency: conns,
+  };
+  const w = new Worker<PublisherResult>('publisher', benchFile('workers/publisher.ts'), args);
+  const a = cpuMark(sys.serverPid);
+  try {
+    const r = await w.result(sec * 1000 + 60_000);
+    const b = cpuMark(sys.serverPid);
+    return {
+      eventsPerSec: r.total / r.elapsedSec,
+      p50: r.latency.p50,
+      p90: r.latency.p90,
+      p99: r.latency.p99,
+      max: r.latency.max,
+      errors: r.errors,
+      firstError: r.firstError,
+      cpu: cpuCell(a, b, w.cpuSec),
+    };
+  } finally {
+    await w.stop();
+  }
+}
+
+function systems(ctx: Ctx): { list: System[]; skipped: string[] } {
+  const list: System[] = [];
+  const skipped: string[] = [];
+  if (ctx.commitfeed)
+    list.push({
+      name: 'commitfeed',
+      target: { kind: 'http', port: ctx.commitfeed.port },
+      serverPid: ctx.commitfeed.cp.pid,
+    });
+  else skipped.push('commitfeed: not running (see above)');
+  if (ctx.naive && ctx.opts.peers.includes('naive'))
+    list.push({
+      name: '(a) naive tx+notify',
+      target: { kind: 'http', port: ctx.naive.port },
+      serverPid: ctx.naive.cp.pid,
+    });
+  if (ctx.naive && ctx.opts.peers.includes('naive-nonotify'))
+    list.push({
+      name: '(b) naive tx, no notify',
+      target: { kind: 'http', port: ctx.naive.port, query: '?notify=0' },
+      serverPid: ctx.naive.cp.pid,
+    });
+  if (ctx.opts.peers.includes('nats')) {
+    if (ctx.nats.ok)
+      list.push({
+        name: '(c) NATS JetStream',
+        target: { kind: 'nats' },
+        serverPid: pidsByName('nats-server')[0],
+      });
+    else skipped.push(`(c) NATS JetStream: SKIPPED, ${ctx.nats.reason}`);
+  }
+  if (ctx.opts.peers.includes('redis')) {
+    if (ctx.redis.ok)
+      list.push({
+        name: '(d) Redis XADD',
+        target: { kind: 'redis' },
+        serverPid: pidsByName('redis-server')[0],
+      });
+    else skipped.push(`(d) Redis XADD: SKIPPED, ${ctx.redis.reason}`);
+  }
+  return { list, skipped };
+}
+
+export async function scenario1(ctx: Ctx): Promise<void> {
+  const { opts } = ctx;
+  await ctx.ensureCommitfeed(1);
+  const { list, skipped } = systems(ctx);
+  const stream = 's1-publish';
+  const body = JSON.stringify({ type: 'bench', data: { n: 1, msg: 'hello, world' } });
+  const table: Table = {
+    title: 'Scenario 1: single-event publish (closed loop, one event per request)',
+    columns: [
+      'system',
+      'conns',
+      'events/s',
+      'p50 ms',
+      'p90 ms',
+      'p99 ms',
+      'max ms',
+      'errors',
+      'CPU srv/pg/load/all',
+    ],
+    rows: [],
+    notes: [
+      CPU_NOTE,
+      'HTTP systems are driven by autocannon in its own process (latency resolution 1 ms); NATS and Redis by their own client (one NATS connection; Redis over min(conns, 8) connections, commands pipelined), "conns" = publishes in flight.',
+      `Each event's data: ${JSON.stringify({ n: 1, msg: 'hello, world' })}; ${opts.durationSec} s per point after a ${opts.warmupSec} s warm-up per system.`,
+      ...skipped,
+    ],
+  };
+  const byName = new Map<string, Map<number, Point>>();
+  for (const sys of list) {
+    if (sys.name === 'commitfeed' && !(await ctx.ensureCommitfeed(1))) continue;
+    const series: Series = { name: sys.name, throughput: [], p99: [] };
+    const points = new Map<number, Point>();
+    byName.set(sys.name, points);
+    const run = (conns: number, sec: number) =>
+      sys.target.kind === 'http'
+        ? httpPoint(ctx, sys, `/v1/streams/${stream}/events${sys.target.query ?? ''}`, body, conns, sec)
+        : nativePoint(sys, stream, conns, sec);
+    try {
+      log(`scenario 1: ${sys.name}: warm-up`);
+      await run(16, opts.warmupSec);
+      for (const conns of opts.conns) {
+        log(`scenario 1: ${sys.name}: ${conns} connections, ${opts.durationSec} s`);
+        const p = await run(conns, opts.durationSec);
+        points.set(conns, p);
+        series.throughput.push([conns, p.eventsPerSec]);
+        series.p99.push([conns, p.p99]);
+        table.rows.push([
+          sys.name,
+          String(conns),
+          fmtNum(p.eventsPerSec),
+          fmtMs(p.p50),
+          fmtMs(p.p90),
+          fmtMs(p.p99),
+          fmtMs(p.max),
+          String(p.errors),
+          p.cpu,
+        ]);
+        log(`  → ${fmtNum(p.eventsPerSec)} events/s, p99 ${fmtMs(p.p99)} ms, ${p.errors} errors`);
+        if (p.firstError) table.notes.push(`${sys.name} at ${conns}: first error: ${p.firstError}`);
+      }
+    } catch (err) {
+      table.notes.push(`${sys.name}: FAILED: ${(err as Error).message}`);
+      ctx.problems.push(`scenario 1, ${sys.name}: ${(err as Error).message}`);
+    }
+    ctx.plot.push(series);
+  }
+  ctx.tables.push(table);
+
+  const cf = byName.get('commitfeed');
+  const naive = byName.get('(a) naive tx+notify');
+  const at = opts.conns.includes(64) ? 64 : opts.conns[opts.conns.length - 1];
+  const mine = cf?.get(at)?.eventsPerSec ?? Number.NaN;
+  ctx.checks.push({
+    scenario: 1,
+    what: `single-event publish at ${at} connections`,
+    target: '≥ 10,000 events/s',
+    got: `${fmtNum(mine)} events/s`,
+    pass: Number.isFinite(mine) ? mine >= 10_000 : undefined,
+  });
+  const base = naive?.get(at)?.eventsPerSec ?? Number.NaN;
+  ctx.checks.push({
+    scenario: 1,
+    what: `commitfeed ÷ naive tx+notify at ${at} connections`,
+    target: '≥ 4×',
+    got: `${(mine / base).toFixed(1)}×`,
+    pass: Number.isFinite(mine / base) ? mine / base >= 4 : undefined,
+  });
+  for (const [name, points] of byName) {
+    if (name === 'commitfeed') continue;
+    const other = points.get(at)?.eventsPerSec;
+    if (other && Number.isFinite(mine))
+      table.notes.push(`at ${at}: commitfeed = ${(mine / other).toFixed(2)}× ${name}`);
+  }
+}
+
+export async function scenario2(ctx: Ctx): Promise<void> {
+  const { opts } = ctx;
+  const table: Table = {
+    title: 'Scenario 2: batched publish (one request or transaction carries a batch of events)',
+    columns: [
+      'system',
+      'batch',
+      'conns',
+      'events/s',
+      'req p50 ms',
+      'req p99 ms',
+      'errors',
+      '% of DB ceiling',
+      'CPU srv/pg/load/all',
+    ],
+    rows: [],
+    notes: [
+      CPU_NOTE,
+      'DB ceiling: a pg client in its own process, each connection looping one statement `WITH ins AS (INSERT ... SELECT FROM unnest($1::json[])) SELECT pg_notify(...)` (one round trip, one notifying commit per batch) into a table with the same columns as commitfeed.feed.',
+    ],
+  };
+  const data = { n: 1, msg: 'hello, world' };
+  let best = 0;
+  for (const batch of opts.batchSizes) {
+    const ceiling = new Map<number, number>();
+    for (const conns of opts.batchConns) {
+      log(`scenario 2: DB ceiling, batch ${batch}, ${conns} connections`);
+      const args: CeilingArgs = {
+        databaseUrl: ctx.dbUrl,
+        connections: conns,
+        batch,
+        durationSec: opts.durationSec,
+        data: JSON.stringify(data),
+      };
+      const w = new Worker<CeilingResult>('pg-ceiling', benchFile('workers/pg-ceiling.ts'), args);
+      const a = cpuMark(undefined);
+      try {
+        const r = await w.result(opts.durationSec * 1000 + 60_000);
+        const b = cpuMark(undefined);
+        ceiling.set(conns, r.eventsPerSec);
+        const sec = (b.at - a.at) / 1000;
+        const c = coresUsed(a, b);
+        const load = w.cpuSec / sec;
+        table.rows.push([
+          'DB ceiling (pg client)',
+          String(batch),
+          String(conns),
+          fmtNum(r.eventsPerSec),
+          fmtMs(r.latency.p50),
+          fmtMs(r.latency.p99),
+          String(r.errors),
+          '100%',
+          `– / ~${(c.machine - load).toFixed(2)} / ${load.toFixed(2)} / ${c.machine.toFixed(2)}`,
+        ]);
+        if (r.firstError) table.notes.push(`DB ceiling error: ${r.firstError}`);
+        log(`  → ${fmtNum(r.eventsPerSec)} events/s`);
+      } catch (err) {
+        table.notes.push(`DB ceiling batch ${batch}: FAILED: ${(err as Error).message}`);
+      } finally {
+        await w.stop();
+      }
+    }
+    const ceilingBest = Math.max(...ceiling.values());
+    if (!(await ctx.ensureCommitfeed(2))) {
+      table.notes.push('commitfeed: not running, skipped');
+      continue;
+    }
+    const sys: System = {
+      name: 'commitfeed',
+      target: { kind: 'http', port: ctx.commitfeed!.port },
+      serverPid: ctx.commitfeed!.cp.pid,
+    };
+    const body = JSON.stringify(Array.from({ length: batch }, () => ({ type: 'bench', data })));
+    for (const conns of opts.batchConns) {
+      log(`scenario 2: commitfeed, batch ${batch}, ${conns} connections`);
+      try {
+        const p = await httpPoint(ctx, sys, '/v1/streams/s2-batch/events', body, conns, opts.durationSec);
+        const events = p.eventsPerSec * batch;
+        best = Math.max(best, events);
+        const ref = ceiling.get(conns) ?? ceilingBest;
+        table.rows.push([
+          'commitfeed (HTTP)',
+          String(batch),
+          String(conns),
+          fmtNum(events),
+          fmtMs(p.p50),
+          fmtMs(p.p99),
+          String(p.errors),
+          `${((events / ref) * 100).toFixed(0)}%`,
+          p.cpu,
+        ]);
+        log(`  → ${fmtNum(events)} events/s`);
+      } catch (err) {
+        table.notes.push(`commitfeed batch ${batch}: FAILED: ${(err as Error).message}`);
+        ctx.problems.push(`scenario 2, batch ${batch}: ${(err as Error).message}`);
+      }
+    }
+  }
+  ctx.tables.push(table);
+  ctx.checks.push({
+    scenario: 2,
+    what: 'batched publish, best of the runs above',
+    target: '≥ 100,000 events/s',
+    got: `${fmtNum(best)} events/s`,
+    pass: best > 0 ? best >= 100_000 : undefined,
+  });
+}
