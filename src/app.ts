@@ -1,0 +1,53 @@
+/**
+ * buildApp: the Fastify instance with its plugins and routes, given already-started dependencies.
+ * Tests and main.ts both build it through startServer (server.ts).
+ */
+import sensible from '@fastify/sensible';
+import Fastify, { type FastifyInstance, LogController } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { Config } from './config.ts';
+import type { Database } from './db/database.ts';
+import { installErrorHandlers } from './errors.ts';
+import type { Feed } from './feed/feed.ts';
+import { healthRoutes } from './ops/health.ts';
+import { streamRoutes } from './streams/routes.ts';
+
+declare module 'fastify' {
+  interface FastifySchema {
+    summary?: string;
+    description?: string;
+    tags?: readonly string[];
+  }
+}
+
+export interface AppDeps {
+  config: Config;
+  db: Kysely<Database>;
+  feed: Feed;
+}
+
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: deps.config.logLevel === 'silent' ? false : { level: deps.config.logLevel },
+    // Per-request log lines cost more than the request at 10K/s: only at debug/trace.
+    logController: new LogController({
+      disableRequestLogging: deps.config.logLevel !== 'debug' && deps.config.logLevel !== 'trace',
+    }),
+    bodyLimit: deps.config.maxBodyBytes,
+    // Long names must reach the schema (400 invalid_name), not fall through to a 404.
+    routerOptions: { maxParamLength: 2048 },
+    // Unknown query parameters are errors, not silently dropped.
+    ajv: { customOptions: { removeAdditional: false, allErrors: false } },
+    return503OnClosing: true,
+    // close() runs preClose first, which ends SSE streams and waits for in-flight publishes; any
+    // keep-alive socket left after that is dropped instead of holding shutdown open.
+    forceCloseConnections: true,
+  });
+  await app.register(sensible);
+  // JSON only: a text/plain body is a 415, not a string that fails validation later.
+  app.removeContentTypeParser('text/plain');
+  installErrorHandlers(app);
+  healthRoutes(app, deps);
+  streamRoutes(app, deps);
+  return app;
+}

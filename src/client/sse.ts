@@ -1,0 +1,73 @@
+/**
+ * A small Server-Sent Events parser (the WHATWG event-stream rules) over any stream of text chunks.
+ * Used by the TypeScript client and the tests; unlike the browser's EventSource it also yields
+ * messages without data (the server's primed `id:`), so callers can track the cursor exactly.
+ */
+export interface SseMessage {
+  /** The `id:` of this message, if it carried one. */
+  id?: string;
+  /** `event:` name; undefined means the default ("message"). */
+  event?: string;
+  /** Joined `data:` lines; undefined when the message had no data (an id or retry only). */
+  data?: string;
+  retry?: number;
+}
+
+export async function* parseSse(chunks: AsyncIterable<string>): AsyncGenerator<SseMessage> {
+  let buffer = '';
+  let msg: SseMessage = {};
+  let dataLines: string[] | undefined;
+  let any = false;
+  for await (const chunk of chunks) {
+    buffer += chunk;
+    let start = 0;
+    const eol = /\r\n|\r|\n/g;
+    for (;;) {
+      eol.lastIndex = start;
+      const m = eol.exec(buffer);
+      // A trailing CR may be the first half of CRLF: wait for the next chunk.
+      if (!m || (m[0] === '\r' && m.index === buffer.length - 1)) break;
+      const line = buffer.slice(start, m.index);
+      start = m.index + m[0].length;
+      if (line === '') {
+        if (any) {
+          if (dataLines) msg.data = dataLines.join('\n');
+          yield msg;
+        }
+        msg = {};
+        dataLines = undefined;
+        any = false;
+        continue;
+      }
+      if (line.startsWith(':')) continue; // comment (heartbeat)
+      const colon = line.indexOf(':');
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? '' : line.slice(colon + 1);
+      if (value.startsWith(' ')) value = value.slice(1);
+      if (field === 'data') {
+        dataLines ??= [];
+        dataLines.push(value);
+      } else if (field === 'id') msg.id = value;
+      else if (field === 'event') msg.event = value;
+      else if (field === 'retry' && /^\d+$/.test(value)) msg.retry = Number(value);
+      else continue;
+      any = true;
+    }
+    buffer = buffer.slice(start);
+  }
+}
+
+/** Decodes a fetch Response body into text chunks. */
+export async function* textChunks(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  const decoder = new TextDecoder();
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      yield decoder.decode(value, { stream: true });
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}

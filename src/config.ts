@@ -1,0 +1,71 @@
+/**
+ * Typed configuration from the environment. Every setting and its default is documented in
+ * `.env.example`; a `.env` file in the working directory is read first if present (real environment
+ * variables win over it).
+ */
+import { existsSync } from 'node:fs';
+
+export interface Config {
+  port: number;
+  host: string;
+  /** Unset: start the embedded PostgreSQL under `dataDir`. */
+  databaseUrl: string | undefined;
+  dataDir: string;
+  embeddedPgPort: number;
+  poolSize: number;
+  logLevel: string;
+  /** Largest request body accepted, in bytes. */
+  maxBodyBytes: number;
+  /** Largest single event `data` (as JSON text), in bytes. */
+  maxEventBytes: number;
+  /** Most events gathered into one group-commit transaction. */
+  batchMaxEvents: number;
+  /** Events kept in the tailer's in-memory window. */
+  windowEvents: number;
+  /** Rows per tail / catch-up query. */
+  pageSize: number;
+  /** Fallback poll when no notification arrives, in ms. */
+  pollIntervalMs: number;
+  /** SSE comment heartbeat interval, in ms. */
+  heartbeatMs: number;
+  /** Reconnection delay suggested to SSE clients (`retry:`), in ms. */
+  sseRetryMs: number;
+  /** Bound on one SQL statement, in ms (a stalled database gives 503, not a hang). */
+  statementTimeoutMs: number;
+}
+
+function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min = 0): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return dflt;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min) {
+    throw new Error(`${name} must be an integer >= ${min} (got ${JSON.stringify(raw)})`);
+  }
+  return n;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  return {
+    port: int(env, 'PORT', 3000),
+    host: env.HOST || '127.0.0.1',
+    databaseUrl: env.DATABASE_URL || undefined,
+    dataDir: env.DATA_DIR || '.data',
+    embeddedPgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1),
+    poolSize: int(env, 'POOL_SIZE', 10, 2),
+    logLevel: env.LOG_LEVEL || 'info',
+    maxBodyBytes: int(env, 'MAX_BODY_BYTES', 1024 * 1024, 1024),
+    maxEventBytes: int(env, 'MAX_EVENT_BYTES', 1024 * 1024, 16),
+    batchMaxEvents: int(env, 'BATCH_MAX_EVENTS', 2000, 1),
+    windowEvents: int(env, 'WINDOW_EVENTS', 10000, 100),
+    pageSize: int(env, 'PAGE_SIZE', 1000, 10),
+    pollIntervalMs: int(env, 'POLL_INTERVAL_MS', 1000, 10),
+    heartbeatMs: int(env, 'HEARTBEAT_MS', 15000, 100),
+    sseRetryMs: int(env, 'SSE_RETRY_MS', 2000, 0),
+    statementTimeoutMs: int(env, 'STATEMENT_TIMEOUT_MS', 30000, 100),
+  };
+}
+
+/** Reads `.env` into process.env (without overriding variables already set). */
+export function loadDotEnv(file = '.env'): void {
+  if (existsSync(file)) process.loadEnvFile(file);
+}

@@ -1,0 +1,83 @@
+/**
+ * The Kysely instance over a node-postgres pool, and the table types.
+ *
+ * node-postgres emits `error` on a pooled client whose connection dies while idle or checked out
+ * (pg_terminate_backend, a PostgreSQL restart); an unheard `error` event exits Node. We listen on the
+ * pool and on every client it creates, log, and let the pool replace the connection: the query in
+ * flight fails (the HTTP layer answers 503) and the next one reconnects.
+ */
+import { Kysely, PostgresDialect, type Generated, type Transaction } from 'kysely';
+import pg from 'pg';
+
+export const SCHEMA = 'commitfeed';
+
+export interface FeedTable {
+  id: Generated<string>;
+  txid: Generated<string>;
+  stream: string;
+  type: string | null;
+  key: string | null;
+  data: string;
+  created_at: Generated<Date>;
+}
+
+export interface Database {
+  'commitfeed.feed': FeedTable;
+}
+
+/** Either the pool-backed instance or a transaction: query functions accept both. */
+export type Db = Kysely<Database> | Transaction<Database>;
+
+export interface Logger {
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export interface DbOptions {
+  url: string;
+  poolSize: number;
+  statementTimeoutMs: number;
+  log: Logger;
+  applicationName?: string;
+}
+
+export function createDatabase(opts: DbOptions): { db: Kysely<Database>; pool: pg.Pool } {
+  const pool = new pg.Pool({
+    connectionString: opts.url,
+    max: opts.poolSize,
+    connectionTimeoutMillis: 5000,
+    idleTimeoutMillis: 30000,
+    statement_timeout: opts.statementTimeoutMs,
+    application_name: opts.applicationName ?? 'commitfeed',
+  });
+  pool.on('error', (err) => opts.log.warn({ err: err.message }, 'idle database connection failed'));
+  pool.on('connect', (client) => {
+    client.on('error', (err) => opts.log.warn({ err: err.message }, 'database connection failed'));
+  });
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return { db, pool };
+}
+
+/** True for errors that mean "the database is unreachable or going away" (answer 503, retry later). */
+export function isUnavailable(err: unknown): boolean {
+  if (!err || typeof err !== 'object') return false;
+  const e = err as { code?: unknown; message?: unknown };
+  const code = typeof e.code === 'string' ? e.code : '';
+  const message = typeof e.message === 'string' ? e.message : '';
+  return (
+    code.startsWith('08') || // connection exception
+    code === '57P01' || // admin_shutdown
+    code === '57P02' || // crash_shutdown
+    code === '57P03' || // cannot_connect_now (starting up / shutting down)
+    code === '57014' || // query_canceled (statement_timeout)
+    code === '53300' || // too_many_connections
+    code === 'ECONNREFUSED' ||
+    code === 'ECONNRESET' ||
+    code === 'ENOTFOUND' ||
+    code === 'ETIMEDOUT' ||
+    code === 'EPIPE' ||
+    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended/i.test(
+      message,
+    )
+  );
+}

@@ -1,0 +1,108 @@
+/**
+ * Group commit for publishes. Every notifying commit takes a cluster-wide lock through its WAL flush,
+ * so one transaction per request caps the whole database; instead, requests that arrive while a
+ * write is in flight wait together and go out as the next single statement (one insert, one notify,
+ * one commit). When idle, a request is written at once: no timer adds latency.
+ *
+ * Lifecycle: created with the pool, `close()` waits for queued and in-flight writes. Failure: if a
+ * grouped write fails because the database is unavailable, every request in it fails (HTTP 503);
+ * any other failure retries the group in halves until the bad request stands alone, so it never
+ * fails its neighbours.
+ * Each request's events stay all-or-nothing either way.
+ */
+import type { Db } from '../db/database.ts';
+import { isUnavailable } from '../db/database.ts';
+import { type AppendResult, type EventInput, appendEvents } from './queries.ts';
+
+interface Pending {
+  events: readonly EventInput[];
+  resolve(results: AppendResult[]): void;
+  reject(err: unknown): void;
+}
+
+export interface BatcherOptions {
+  /** Most events in one statement (a request is never split). */
+  maxEvents: number;
+  /** Writes in flight at once: while one commits, the next can already insert. */
+  maxInflight?: number;
+  /** Called after every successful commit (pokes the local tailer without waiting for NOTIFY). */
+  onCommit?: () => void;
+}
+
+export class Batcher {
+  private queue: Pending[] = [];
+  private queuedEvents = 0;
+  private inflight = 0;
+  private idleWaiters: (() => void)[] = [];
+  private closed = false;
+  readonly stats = { statements: 0, events: 0, requests: 0 };
+
+  constructor(
+    private readonly db: Db,
+    private readonly opts: BatcherOptions,
+  ) {}
+
+  /** Appends one request's events (all-or-nothing), grouped with concurrent requests. */
+  publish(events: readonly EventInput[]): Promise<AppendResult[]> {
+    if (this.closed) return Promise.reject(new Error('commitfeed is shutting down'));
+    return new Promise((resolve, reject) => {
+      this.queue.push({ events, resolve, reject });
+      this.queuedEvents += events.length;
+      this.flush();
+    });
+  }
+
+  private flush(): void {
+    while (this.queue.length > 0 && this.inflight < (this.opts.maxInflight ?? 2)) {
+      const group: Pending[] = [];
+      let n = 0;
+      while (
+        this.queue.length > 0 &&
+        (group.length === 0 || n + this.queue[0].events.length <= this.opts.maxEvents)
+      ) {
+        const p = this.queue.shift()!;
+        n += p.events.length;
+        group.push(p);
+      }
+      this.queuedEvents -= n;
+      this.inflight++;
+      void this.write(group).finally(() => {
+        this.inflight--;
+        this.flush();
+        if (this.inflight === 0 && this.queue.length === 0) for (const w of this.idleWaiters.splice(0)) w();
+      });
+    }
+  }
+
+  private async write(group: Pending[]): Promise<void> {
+    const events = group.length === 1 ? group[0].events : group.flatMap((p) => p.events);
+    try {
+      const results = await appendEvents(this.db, events);
+      this.stats.statements++;
+      this.stats.events += events.length;
+      this.stats.requests += group.length;
+      this.opts.onCommit?.();
+      let i = 0;
+      for (const p of group) {
+        p.resolve(results.slice(i, i + p.events.length));
+        i += p.events.length;
+      }
+    } catch (err) {
+      if (group.length === 1 || isUnavailable(err)) {
+        for (const p of group) p.reject(err);
+        return;
+      }
+      // Something in one request broke the shared statement: bisect to isolate it (log n extra
+      // statements, not n).
+      const half = group.length >>> 1;
+      await Promise.all([this.write(group.slice(0, half)), this.write(group.slice(half))]);
+    }
+  }
+
+  /** Stops taking requests and resolves once everything queued has been written. */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.inflight === 0 && this.queue.length === 0) return;
+    await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+  }
+}

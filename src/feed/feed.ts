@@ -1,0 +1,69 @@
+/**
+ * One process's feed machinery, wired together: the batcher (writes), the listener (NOTIFY), the
+ * tailer (reads the global tail) and the hub (fan-out). Follow one event: batcher.publish →
+ * appendEvents commits → onCommit pokes the tailer (other processes hear the NOTIFY through their
+ * listener) → tailer.readTail → hub.onEvents → the subscriber's SSE frame.
+ */
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/database.ts';
+import { Batcher } from './batcher.ts';
+import { Hub } from './hub.ts';
+import { Listener } from './listener.ts';
+import { Tailer } from './tailer.ts';
+
+export interface FeedOptions {
+  db: Kysely<Database>;
+  databaseUrl: string;
+  batchMaxEvents: number;
+  pageSize: number;
+  windowEvents: number;
+  pollIntervalMs: number;
+  heartbeatMs: number;
+  sseRetryMs: number;
+  log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
+}
+
+export class Feed {
+  readonly batcher: Batcher;
+  readonly tailer: Tailer;
+  readonly hub: Hub;
+  readonly listener: Listener;
+
+  constructor(opts: FeedOptions) {
+    this.tailer = new Tailer(opts.db, {
+      pageSize: opts.pageSize,
+      windowEvents: opts.windowEvents,
+      pollIntervalMs: opts.pollIntervalMs,
+      log: opts.log,
+      onEvents: (events) => this.hub.onEvents(events),
+    });
+    this.hub = new Hub(this.tailer, {
+      pageSize: opts.pageSize,
+      heartbeatMs: opts.heartbeatMs,
+      sseRetryMs: opts.sseRetryMs,
+      log: opts.log,
+    });
+    this.batcher = new Batcher(opts.db, {
+      maxEvents: opts.batchMaxEvents,
+      onCommit: () => this.tailer.wake(),
+    });
+    this.listener = new Listener({
+      url: opts.databaseUrl,
+      onNotify: () => this.tailer.wake(),
+      log: opts.log,
+    });
+  }
+
+  async start(): Promise<void> {
+    await this.tailer.start();
+    await this.listener.start();
+  }
+
+  /** Ends SSE subscribers with `retry:` hints, finishes in-flight writes, then stops reading. */
+  async stop(retryMs: number): Promise<void> {
+    this.hub.close(`retry: ${retryMs}\n: server shutting down\n\n`);
+    await this.batcher.close();
+    this.tailer.stop();
+    await this.listener.stop();
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * The hub fans the tailer's pages out to subscribers by stream, and runs each subscriber's catch-up.
+ *
+ * A subscription is either live (at the tail: the hub writes new events to it as the tailer reads
+ * them, one write per page) or catching up (its own paged reads, from the window or the table, until
+ * it reaches the tail). The switch happens synchronously against the tailer's position, so no event
+ * is missed or repeated at the hand-over. A live subscriber whose socket buffer fills stops being
+ * live, and after `drain` catches up from its cursor like a reconnecting one: memory per subscriber
+ * is bounded by one page whatever the publish rate.
+ *
+ * Lifecycle: one hub per process, created with the tailer. `close(chunk)` writes `chunk` (a `retry:`
+ * hint) to every subscriber and ends them. A catch-up read that fails (database down) ends that
+ * subscriber with an `unavailable` event and a `retry:` hint; the client resumes from its last id.
+ */
+import { type Cursor, compareCursors, maxCursor } from './cursor.ts';
+import type { FeedEvent } from './queries.ts';
+import type { Tailer } from './tailer.ts';
+
+/** Where a subscription's bytes go (an SSE response). */
+export interface Sink {
+  /** False when the buffer is full: stop writing until `drained()` resolves. */
+  write(chunk: string): boolean;
+  /** Resolves on `drain` or when the sink closes. */
+  drained(): Promise<void>;
+  end(chunk?: string): void;
+}
+
+export class Subscription {
+  live = false;
+  closed = false;
+  pumping = false;
+  /** Frames gathered for this subscriber during one fan-out. */
+  pending = '';
+  readonly streamSet: ReadonlySet<string>;
+
+  constructor(
+    readonly streams: readonly string[],
+    public cursor: Cursor,
+    readonly sink: Sink,
+  ) {
+    this.streamSet = new Set(streams);
+  }
+}
+
+/** The SSE frame for an event, built once and shared by every subscriber. */
+export function sseFrame(e: FeedEvent): string {
+  if (e.frame === undefined) {
+    // JSON text is one line unless it carries whitespace newlines between tokens (a raw SQL write);
+    // those are insignificant, and SSE needs one line per `data:`.
+    const data = e.data.includes('\n') || e.data.includes('\r') ? e.data.replace(/\r\n|\r|\n/g, ' ') : e.data;
+    e.frame =
+      e.type === null
+        ? `id: ${e.cursor}\ndata: ${data}\n\n`
+        : `id: ${e.cursor}\nevent: ${e.type}\ndata: ${data}\n\n`;
+  }
+  return e.frame;
+}
+
+/** Largest chunk a catch-up writes before checking backpressure. */
+const CHUNK_BYTES = 64 * 1024;
+
+export interface HubOptions {
+  pageSize: number;
+  heartbeatMs: number;
+  sseRetryMs: number;
+  log: { warn(obj: object, msg?: string): void };
+}
+
+type Waiter = { streams: readonly string[]; wake: () => void };
+
+export class Hub {
+  private readonly byStream = new Map<string, Set<Subscription>>();
+  private readonly all = new Set<Subscription>();
+  private readonly waiters = new Map<string, Set<Waiter>>();
+  private readonly heartbeat: NodeJS.Timeout;
+  readonly stats = { delivered: 0 };
+
+  constructor(
+    private readonly tailer: Tailer,
+    private readonly opts: HubOptions,
+  ) {
+    this.heartbeat = setInterval(() => this.beat(), opts.heartbeatMs);
+    this.heartbeat.unref();
+  }
+
+  get subscriberCount(): number {
+    return this.all.size;
+  }
+
+  /** Starts delivering events of `streams` after `cursor` to `sink`. */
+  subscribe(streams: readonly string[], cursor: Cursor, sink: Sink): Subscription {
+    const sub = new Subscription(streams, cursor, sink);
+    this.all.add(sub);
+    for (const s of streams) {
+      const set = this.byStream.get(s);
+      if (set) set.add(sub);
+      else this.byStream.set(s, new Set([sub]));
+    }
+    void this.pump(sub);
+    return sub;
+  }
+
+  unsubscribe(sub: Subscription): void {
+    if (sub.closed) return;
+    sub.closed = true;
+    sub.live = false;
+    this.all.delete(sub);
+    for (const s of sub.streams) {
+      const set = this.byStream.get(s);
+      set?.delete(sub);
+      if (set?.size === 0) this.byStream.delete(s);
+    }
+  }
+
+  /** Called by the tailer with each new page, in feed order. */
+  onEvents(events: readonly FeedEvent[]): void {
+    const touched: Subscription[] = [];
+    for (const e of events) {
+      const subs = this.byStream.get(e.stream);
+      if (subs !== undefined) {
+        const frame = sseFrame(e);
+        for (const sub of subs) {
+          if (!sub.live || compareCursors(e, sub.cursor) <= 0) continue;
+          if (sub.pending === '') touched.push(sub);
+          sub.pending += frame;
+          sub.cursor = e;
+        }
+      }
+      const ws = this.waiters.get(e.stream);
+      if (ws !== undefined) for (const w of ws) this.release(w);
+    }
+    for (const sub of touched) {
+      const chunk = sub.pending;
+      sub.pending = '';
+      this.stats.delivered++;
+      if (!sub.sink.write(chunk)) {
+        // Full socket: leave the live set; catch up from the cursor once it drains.
+        sub.live = false;
+        void sub.sink.drained().then(() => this.pump(sub));
+      }
+    }
+  }
+
+  /**
+   * Resolves when an event of one of `streams` arrives, after `ms`, or when `signal` aborts —
+   * whichever comes first. Holds no database connection while waiting (long-poll).
+   */
+  waitForEvents(streams: readonly string[], ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const w: Waiter = { streams, wake: () => {} };
+      const timer = setTimeout(() => this.release(w), ms);
+      const onAbort = () => this.release(w);
+      w.wake = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      for (const s of streams) {
+        const set = this.waiters.get(s);
+        if (set) set.add(w);
+        else this.waiters.set(s, new Set([w]));
+      }
+      signal?.addEventListener('abort', onAbort, { once: true });
+      if (signal?.aborted) this.release(w);
+    });
+  }
+
+  private release(w: Waiter): void {
+    for (const s of w.streams) {
+      const set = this.waiters.get(s);
+      set?.delete(w);
+      if (set?.size === 0) this.waiters.delete(s);
+    }
+    w.wake();
+  }
+
+  /** Catch-up: reads pages after the subscriber's cursor until it reaches the tail, then goes live. */
+  private async pump(sub: Subscription): Promise<void> {
+    if (sub.pumping) return;
+    sub.pumping = true;
+    try {
+      while (!sub.closed) {
+        // Synchronous with fan-out: once at the tail, every later event reaches us through onEvents.
+        if (compareCursors(sub.cursor, this.tailer.position) >= 0) {
+          sub.live = true;
+          return;
+        }
+        const { events, position } = await this.tailer.read(
+          sub.streams,
+          sub.streamSet,
+          sub.cursor,
+          this.opts.pageSize,
+        );
+        if (sub.closed) return;
+        let chunk = '';
+        let ok = true;
+        for (const e of events) {
+          chunk += sseFrame(e);
+          sub.cursor = e;
+          if (chunk.length >= CHUNK_BYTES) {
+            ok = sub.sink.write(chunk);
+            chunk = '';
+            if (!ok) break;
+          }
+        }
+        if (ok && chunk !== '') ok = sub.sink.write(chunk);
+        if (ok) sub.cursor = maxCursor(sub.cursor, position);
+        else await sub.sink.drained();
+      }
+    } catch (err) {
+      this.opts.log.warn({ err: (err as Error).message }, 'catch-up read failed; closing subscriber');
+      const body = JSON.stringify({
+        code: 'unavailable',
+        message: 'database unavailable; reconnect to resume',
+      });
+      sub.sink.end(`event: unavailable\ndata: ${body}\nretry: ${this.opts.sseRetryMs}\n\n`);
+      this.unsubscribe(sub);
+    } finally {
+      sub.pumping = false;
+    }
+  }
+
+  private beat(): void {
+    for (const sub of this.all) if (sub.live) sub.sink.write(':\n\n');
+  }
+
+  /** Ends every subscription with `chunk` (e.g. a `retry:` hint at shutdown). */
+  close(chunk?: string): void {
+    clearInterval(this.heartbeat);
+    for (const sub of [...this.all]) {
+      sub.sink.end(chunk);
+      this.unsubscribe(sub);
+    }
+    for (const set of [...this.waiters.values()]) for (const w of [...set]) this.release(w);
+  }
+}

@@ -1,0 +1,97 @@
+/**
+ * The LISTEN connection: one dedicated `pg.Client` per process (not from the pool, which would hand
+ * it back and lose the LISTEN), subscribed to the feed channel. Each notification wakes the tailer.
+ *
+ * Lifecycle: `start()` connects and LISTENs; on any error or end it reconnects with exponential
+ * backoff (100 ms to 5 s) and wakes the tailer after every reconnect, because notifications sent
+ * while it was away are lost. That only costs latency: the notify is a hint, the feed is the truth,
+ * and the tailer's fallback poll keeps delivering meanwhile. `connected` feeds /readyz.
+ */
+import pg from 'pg';
+import { FEED_CHANNEL } from './queries.ts';
+
+export interface ListenerOptions {
+  url: string;
+  onNotify(): void;
+  log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
+}
+
+export class Listener {
+  private client: pg.Client | undefined;
+  private stopped = false;
+  private backoffMs = 0;
+  private timer: NodeJS.Timeout | undefined;
+  connected = false;
+  /** Backend pid of the LISTEN connection (tests terminate it). */
+  pid: number | undefined;
+  readonly stats = { notifications: 0, reconnects: 0 };
+
+  constructor(private readonly opts: ListenerOptions) {}
+
+  async start(): Promise<void> {
+    this.stopped = false;
+    await this.connect();
+  }
+
+  private async connect(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.opts.url, application_name: 'commitfeed-listen' });
+    this.client = client;
+    let failed = false;
+    const onFail = (err?: Error) => {
+      if (failed) return;
+      failed = true;
+      this.connected = false;
+      client.removeAllListeners('notification');
+      // keep an error listener: a late socket error must not crash the process
+      client.on('error', () => {});
+      void client.end().catch(() => {});
+      if (!this.stopped) {
+        this.opts.log.warn(
+          { err: err?.message ?? 'connection ended' },
+          'LISTEN connection lost; reconnecting',
+        );
+        this.retry();
+      }
+    };
+    client.on('error', onFail);
+    client.on('end', () => onFail());
+    client.on('notification', () => {
+      this.stats.notifications++;
+      this.opts.onNotify();
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${FEED_CHANNEL}`);
+      const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
+      this.pid = rows[0].pid;
+    } catch (err) {
+      onFail(err as Error);
+      return;
+    }
+    if (failed) return;
+    this.connected = true;
+    if (this.backoffMs > 0) {
+      this.stats.reconnects++;
+      this.opts.log.info({}, 'LISTEN connection restored');
+    }
+    this.backoffMs = 0;
+    // Whatever was notified while we were away is lost: read now.
+    this.opts.onNotify();
+  }
+
+  private retry(): void {
+    this.backoffMs = Math.min(Math.max(this.backoffMs * 2, 100), 5000);
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => void this.connect(), this.backoffMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.connected = false;
+    const c = this.client;
+    this.client = undefined;
+    if (c) await c.end().catch(() => {});
+  }
+}

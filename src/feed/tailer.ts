@@ -1,0 +1,156 @@
+/**
+ * The tailer: one per process, the only reader of the global tail. It reads the feed past its
+ * cursor, up to the horizon (transactions certainly finished), in pages, into the in-memory window,
+ * and hands each page to the hub for fan-out. 10,000 subscribers cost one query per wake.
+ *
+ * Lifecycle: `start()` positions the cursor at the current horizon (history is served by catch-up
+ * reads, not replayed into the window); it then wakes on NOTIFY (via the listener), on a local poke
+ * after our own commits, on a fallback timer, and on a fast re-poll while committed rows wait behind
+ * the horizon (the transaction that finally ends may never notify). A NOTIFY is only a latency hint:
+ * losing one costs at most one poll interval, never an event.
+ * Failure: a failed read (database down) is logged and retried with backoff; the cursor only moves
+ * past rows actually handed to the hub, so nothing is skipped when the database comes back.
+ */
+import type { Db } from '../db/database.ts';
+import { type Cursor, compareCursors, horizonCursor } from './cursor.ts';
+import { type FeedEvent, currentHorizon, readRange, readTail } from './queries.ts';
+import { EventWindow } from './window.ts';
+
+export interface TailerOptions {
+  pageSize: number;
+  windowEvents: number;
+  pollIntervalMs: number;
+  log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
+  /** Receives each page of new events (already in the window) in feed order. */
+  onEvents(events: readonly FeedEvent[]): void;
+}
+
+const FAST_POLL_MIN_MS = 2;
+const FAST_POLL_MAX_MS = 100;
+const ERROR_BACKOFF_MAX_MS = 5000;
+
+export class Tailer {
+  private window!: EventWindow;
+  private running = false;
+  private again = false;
+  private stopped = true;
+  private timer: NodeJS.Timeout | undefined;
+  private fastPollMs = FAST_POLL_MIN_MS;
+  private errorBackoffMs = 0;
+  /** When rows first started waiting behind the horizon (0: none waiting). */
+  private waitingSince = 0;
+  readonly stats = { reads: 0, events: 0, errors: 0, lastReadAt: 0 };
+
+  constructor(
+    private readonly db: Db,
+    private readonly opts: TailerOptions,
+  ) {}
+
+  async start(): Promise<void> {
+    this.window = new EventWindow(await currentHorizon(this.db), this.opts.windowEvents);
+    this.stopped = false;
+    this.schedule(this.opts.pollIntervalMs);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+
+  /** The position up to which every finished event has been read (the live tail). */
+  get position(): Cursor {
+    return this.window.tail;
+  }
+
+  get ready(): boolean {
+    return !this.stopped && this.errorBackoffMs === 0;
+  }
+
+  /** Milliseconds committed rows have been waiting behind the horizon (0 when none are). */
+  get horizonStallMs(): number {
+    return this.waitingSince === 0 ? 0 : Date.now() - this.waitingSince;
+  }
+
+  /** Asks for a read soon; cheap to call often (wakes coalesce into one read). */
+  wake(): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    clearTimeout(this.timer);
+    void this.run();
+  }
+
+  private async run(): Promise<void> {
+    this.running = true;
+    let next = this.opts.pollIntervalMs;
+    try {
+      for (;;) {
+        this.again = false;
+        const page = await readTail(this.db, this.window.tail, this.opts.pageSize);
+        this.stats.reads++;
+        this.stats.lastReadAt = Date.now();
+        this.errorBackoffMs = 0;
+        const events = page.events;
+        const last = events.length > 0 ? events[events.length - 1] : undefined;
+        const horizon = horizonCursor(page.horizon);
+        // A full page may have more behind it; otherwise everything below the horizon has been read.
+        // (Every row read is from a transaction below the horizon, so the horizon is past them all.)
+        const tail = events.length === this.opts.pageSize ? last! : maxOf(this.window.tail, horizon);
+        this.window.append(events, tail);
+        this.stats.events += events.length;
+        if (events.length > 0) this.opts.onEvents(events);
+        if (events.length === this.opts.pageSize) continue;
+        if (page.waiting) {
+          if (this.waitingSince === 0) this.waitingSince = Date.now();
+          next = this.fastPollMs;
+          this.fastPollMs = Math.min(this.fastPollMs * 2, FAST_POLL_MAX_MS);
+        } else {
+          this.waitingSince = 0;
+          this.fastPollMs = FAST_POLL_MIN_MS;
+        }
+        if (!this.again || this.stopped) break;
+      }
+    } catch (err) {
+      this.stats.errors++;
+      this.errorBackoffMs = Math.min(Math.max(this.errorBackoffMs * 2, 100), ERROR_BACKOFF_MAX_MS);
+      next = this.errorBackoffMs;
+      this.opts.log.warn({ err: (err as Error).message, retryInMs: next }, 'feed read failed');
+    } finally {
+      this.running = false;
+    }
+    this.schedule(next);
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.wake(), ms);
+    this.timer.unref();
+  }
+
+  /**
+   * Up to `limit` events of `streams` after `after`, from the window when it covers the cursor,
+   * else from the table; never past the tail, so every event returned is final. `position` is where
+   * the next read continues: the last event returned, or the tail when nothing else matched.
+   */
+  async read(
+    streams: readonly string[],
+    streamSet: ReadonlySet<string>,
+    after: Cursor,
+    limit: number,
+  ): Promise<{ events: FeedEvent[]; position: Cursor }> {
+    const upTo = this.window.tail;
+    if (compareCursors(after, upTo) >= 0) return { events: [], position: after };
+    const events = this.window.covers(after)
+      ? this.window.read(streamSet, after, limit)
+      : await readRange(this.db, streams, after, upTo, limit);
+    const position = events.length === limit ? events[events.length - 1] : upTo;
+    return { events, position };
+  }
+}
+
+function maxOf(a: Cursor, b: Cursor): Cursor {
+  return compareCursors(a, b) >= 0 ? a : b;
+}

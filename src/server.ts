@@ -1,0 +1,78 @@
+/**
+ * startServer: database (embedded or DATABASE_URL) → migrations → feed → HTTP. Returns a handle whose
+ * close() shuts down in order: stop accepting, end SSE streams with a `retry:` hint, finish in-flight
+ * publishes, stop the tailer and listener, close the pool, stop the embedded database.
+ */
+import type { FastifyInstance } from 'fastify';
+import type { Kysely } from 'kysely';
+import pino from 'pino';
+import { buildApp } from './app.ts';
+import type { Config } from './config.ts';
+import { type Database, createDatabase } from './db/database.ts';
+import { type EmbeddedDatabase, startEmbeddedPostgres } from './db/embedded.ts';
+import { migrate } from './db/migrate.ts';
+import { Feed } from './feed/feed.ts';
+
+export interface Server {
+  app: FastifyInstance;
+  db: Kysely<Database>;
+  feed: Feed;
+  url: string;
+  databaseUrl: string;
+  close(): Promise<void>;
+}
+
+export async function startServer(config: Config): Promise<Server> {
+  const log = pino({ level: config.logLevel === 'silent' ? 'silent' : config.logLevel });
+  let embedded: EmbeddedDatabase | undefined;
+  let databaseUrl = config.databaseUrl;
+  if (!databaseUrl) {
+    log.info({ dir: config.dataDir, port: config.embeddedPgPort }, 'starting embedded PostgreSQL');
+    embedded = await startEmbeddedPostgres({
+      dir: `${config.dataDir}/pg`,
+      port: config.embeddedPgPort,
+      log: (line) => log.debug({ pg: line }),
+    });
+    databaseUrl = embedded.url;
+  }
+  const { db } = createDatabase({
+    url: databaseUrl,
+    poolSize: config.poolSize,
+    statementTimeoutMs: config.statementTimeoutMs,
+    log,
+  });
+  let feed: Feed | undefined;
+  let app: FastifyInstance | undefined;
+  try {
+    const applied = await migrate(db);
+    if (applied.length > 0) log.info({ applied }, 'migrations applied');
+    feed = new Feed({ ...config, db, databaseUrl, log });
+    await feed.start();
+    app = await buildApp({ config, db, feed });
+    const f = feed;
+    // preClose runs before the server stops accepting: SSE streams never end on their own, so end
+    // them first (with a retry hint) or close() would wait for them forever.
+    app.addHook('preClose', async () => f.stop(config.sseRetryMs));
+    const url = await app.listen({ port: config.port, host: config.host });
+    let closing: Promise<void> | undefined;
+    return {
+      app,
+      db,
+      feed,
+      url,
+      databaseUrl,
+      close: () =>
+        (closing ??= (async () => {
+          await app!.close();
+          await db.destroy();
+          await embedded?.stop();
+        })()),
+    };
+  } catch (err) {
+    await app?.close().catch(() => {});
+    await feed?.stop(config.sseRetryMs).catch(() => {});
+    await db.destroy().catch(() => {});
+    await embedded?.stop().catch(() => {});
+    throw err;
+  }
+}

@@ -1,0 +1,133 @@
+/**
+ * Stream routes: publish (single or batch), and read over SSE or JSON (with long-poll). No SQL here:
+ * writes go through the batcher, reads through the tailer and hub.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from '../config.ts';
+import { ApiError } from '../errors.ts';
+import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
+import type { Feed } from '../feed/feed.ts';
+import type { FeedEvent } from '../feed/queries.ts';
+import { type EventBody, toEventInput } from '../feed/validate.ts';
+import { multiReadQuery, publishBody, publishResponse, streamParams, streamReadQuery } from './schemas.ts';
+import { openSse } from './sse.ts';
+
+interface ReadQuery {
+  after?: string;
+  from: 'earliest' | 'latest';
+  limit: number;
+  wait: number;
+}
+
+export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: Config }): void {
+  const { feed, config } = deps;
+
+  app.post<{ Params: { stream: string }; Body: EventBody | EventBody[] }>(
+    '/v1/streams/:stream/events',
+    {
+      schema: {
+        summary: 'Publish one event or a batch',
+        params: streamParams,
+        body: publishBody,
+        response: publishResponse,
+      },
+    },
+    async (request, reply) => {
+      const { stream } = request.params;
+      const body = request.body;
+      if (Array.isArray(body)) {
+        const inputs = body.map((e, i) => toEventInput(stream, e, config.maxEventBytes, `events[${i}]`));
+        const results = await feed.batcher.publish(inputs);
+        return reply.code(201).send({ events: results });
+      }
+      const [result] = await feed.batcher.publish([toEventInput(stream, body, config.maxEventBytes)]);
+      return reply.code(result.duplicate ? 200 : 201).send(result);
+    },
+  );
+
+  const read = (request: FastifyRequest, reply: FastifyReply, streams: string[]) =>
+    readStreams(request, reply, streams, request.query as ReadQuery, feed, config);
+
+  app.get<{ Params: { stream: string } }>(
+    '/v1/streams/:stream/events',
+    {
+      schema: { summary: 'Read a stream (SSE or JSON)', params: streamParams, querystring: streamReadQuery },
+    },
+    (request, reply) => read(request, reply, [request.params.stream]),
+  );
+
+  app.get<{ Querystring: { stream: string[] } }>(
+    '/v1/events',
+    {
+      schema: {
+        summary: 'Read several streams on one connection (SSE or JSON)',
+        querystring: multiReadQuery,
+      },
+    },
+    (request, reply) => read(request, reply, [...new Set(request.query.stream)]),
+  );
+}
+
+/** Where a read starts: Last-Event-ID, else ?after, else ?from (default latest: the live tail). */
+function startCursor(request: FastifyRequest, query: ReadQuery, feed: Feed): Cursor {
+  const header = request.headers['last-event-id'];
+  const given = typeof header === 'string' && header !== '' ? header : query.after;
+  if (given !== undefined) {
+    const c = parseCursor(given);
+    if (!c) {
+      throw new ApiError(
+        400,
+        'invalid_cursor',
+        `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>" as sent in an event id`,
+      );
+    }
+    return c;
+  }
+  return query.from === 'earliest' ? START : feed.tailer.position;
+}
+
+function wantsSse(request: FastifyRequest): boolean {
+  return (request.headers.accept ?? '').includes('text/event-stream');
+}
+
+async function readStreams(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  streams: string[],
+  query: ReadQuery,
+  feed: Feed,
+  config: Config,
+): Promise<unknown> {
+  const start = startCursor(request, query, feed);
+  if (wantsSse(request)) {
+    const sink = openSse(reply, formatCursor(start), config.sseRetryMs);
+    const sub = feed.hub.subscribe(streams, start, sink);
+    reply.raw.on('close', () => feed.hub.unsubscribe(sub));
+    return reply;
+  }
+
+  const streamSet = new Set(streams);
+  const deadline = Date.now() + query.wait * 1000;
+  const abort = new AbortController();
+  reply.raw.on('close', () => abort.abort());
+  let after = start;
+  let events: FeedEvent[] = [];
+  for (;;) {
+    const page = await feed.tailer.read(streams, streamSet, after, query.limit);
+    events = page.events;
+    after = page.position;
+    const left = deadline - Date.now();
+    if (events.length > 0 || left <= 0 || abort.signal.aborted) break;
+    // The tail may have moved while the read finished: read again before sleeping.
+    if (compareCursors(feed.tailer.position, after) > 0) continue;
+    await feed.hub.waitForEvents(streams, left, abort.signal);
+  }
+  const next = events.length > 0 ? events[events.length - 1].cursor : formatCursor(start);
+  reply.type('application/json');
+  return `{"events":[${events.map(eventJson).join(',')}],"next":"${next}"}`;
+}
+
+/** JSON for one event, with `data` passed through as stored (no parse, no re-serialise). */
+function eventJson(e: FeedEvent): string {
+  return `{"id":"${e.cursor}","stream":${JSON.stringify(e.stream)},"type":${e.type === null ? 'null' : JSON.stringify(e.type)},"key":${e.key === null ? 'null' : JSON.stringify(e.key)},"data":${e.data},"time":"${new Date(e.ms).toISOString()}"}`;
+}

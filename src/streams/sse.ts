@@ -1,0 +1,54 @@
+/**
+ * SSE over a raw Node response: headers, the opening `retry:` hint and primed `id:`, and a Sink with
+ * backpressure for the hub. Everything that can fail is checked before `open` is called: once the
+ * 200 is sent, errors end the stream with an event and a `retry:` hint instead (browsers'
+ * EventSource gives up forever on a non-200).
+ */
+import type { ServerResponse } from 'node:http';
+import type { FastifyReply } from 'fastify';
+import type { Sink } from '../feed/hub.ts';
+
+export const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  connection: 'keep-alive',
+  // Tells nginx-style proxies not to buffer the stream.
+  'x-accel-buffering': 'no',
+};
+
+/** Takes over the response and starts the stream; the primed `id:` has no data, so browsers
+ * set lastEventId from it without dispatching an event: a client that drops before its first event
+ * still resumes from its connect point. */
+export function openSse(reply: FastifyReply, primedId: string, retryMs: number): Sink {
+  reply.hijack();
+  const res = reply.raw;
+  res.writeHead(200, { ...SSE_HEADERS, ...(reply.getHeaders() as Record<string, string>) });
+  res.write(`retry: ${retryMs}\nid: ${primedId}\n\n`);
+  return responseSink(res);
+}
+
+function responseSink(res: ServerResponse): Sink {
+  let drain: Promise<void> | undefined;
+  return {
+    write: (chunk) => !res.destroyed && res.write(chunk),
+    drained() {
+      if (res.destroyed || res.writableEnded) return Promise.resolve();
+      drain ??= new Promise<void>((resolve) => {
+        const done = () => {
+          res.off('drain', done);
+          res.off('close', done);
+          drain = undefined;
+          resolve();
+        };
+        res.on('drain', done);
+        res.on('close', done);
+      });
+      return drain;
+    },
+    end(chunk) {
+      if (res.writableEnded) return;
+      if (chunk) res.end(chunk);
+      else res.end();
+    },
+  };
+}

@@ -1,0 +1,161 @@
+/** Shared test plumbing: a database per test file, servers that are always stopped, an SSE reader. */
+import { randomBytes } from 'node:crypto';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import { parseSse, type SseMessage, textChunks } from '../src/client/sse.ts';
+import { type Config, loadConfig } from '../src/config.ts';
+import type { Database } from '../src/db/database.ts';
+import { type Server, startServer } from '../src/server.ts';
+
+// biome-ignore lint/suspicious/noExplicitAny: tap's Test type is not needed in detail here
+type T = { teardown(fn: () => unknown): void } & Record<string, any>;
+
+export const adminUrl = (): string => {
+  const url = process.env.DATABASE_URL;
+  if (!url) throw new Error('DATABASE_URL is not set: run the tests with `npm test`');
+  return url;
+};
+
+function withDatabase(url: string, name: string): string {
+  const u = new URL(url);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+/** A fresh, empty database on the test server, dropped when the test ends. */
+export async function testDatabase(t: T): Promise<string> {
+  const name = `cf_test_${randomBytes(5).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl() });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  t.teardown(async () => {
+    const c = new pg.Client({ connectionString: adminUrl() });
+    await c.connect();
+    await c.query(`drop database if exists ${name} with (force)`);
+    await c.end();
+  });
+  return withDatabase(adminUrl(), name);
+}
+
+/** Starts a server on a random port; stopped at teardown even when the test fails. */
+export async function startTestServer(
+  t: T,
+  databaseUrl: string,
+  overrides: Partial<Config> = {},
+): Promise<Server> {
+  const config: Config = {
+    ...loadConfig({}),
+    port: 0,
+    databaseUrl,
+    logLevel: process.env.TEST_LOG_LEVEL ?? 'silent',
+    pollIntervalMs: 200,
+    sseRetryMs: 100,
+    ...overrides,
+  };
+  const server = await startServer(config);
+  t.teardown(() => server.close());
+  return server;
+}
+
+/** A Kysely instance of the test's own (for raw transactions), destroyed at teardown. */
+export function sqlClient(t: T, databaseUrl: string): Kysely<Database> {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 5 });
+  pool.on('error', () => {});
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  t.teardown(() => db.destroy());
+  return db;
+}
+
+export async function publish(
+  base: string,
+  stream: string,
+  body: unknown,
+): Promise<{ status: number; body: { id: string; duplicate?: boolean; events?: { id: string }[] } }> {
+  const res = await fetch(`${base}/v1/streams/${encodeURIComponent(stream)}/events`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as never };
+}
+
+export interface SseReader {
+  status: number;
+  /** The primed cursor (the first `id:` without data). */
+  primed: string | undefined;
+  /** Messages with data received so far. */
+  received: SseMessage[];
+  /** Waits until at least `n` data messages have arrived (or fails after `ms`). */
+  waitFor(n: number, ms?: number): Promise<SseMessage[]>;
+  close(): void;
+  /** Resolves when the server ends the stream. */
+  ended: Promise<void>;
+}
+
+/** Opens an SSE stream and collects its messages in the background; closed at teardown. */
+export async function openSse(t: T, url: string, headers: Record<string, string> = {}): Promise<SseReader> {
+  const abort = new AbortController();
+  const res = await fetch(url, {
+    headers: { accept: 'text/event-stream', ...headers },
+    signal: abort.signal,
+  });
+  const received: SseMessage[] = [];
+  let primed: string | undefined;
+  let primedResolve!: () => void;
+  const primedP = new Promise<void>((r) => (primedResolve = r));
+  let notify = () => {};
+  const ended = (async () => {
+    if (!res.body) return;
+    try {
+      for await (const m of parseSse(textChunks(res.body))) {
+        if (m.data === undefined) {
+          if (m.id !== undefined && primed === undefined) primed = m.id;
+          primedResolve();
+          continue;
+        }
+        received.push(m);
+        notify();
+      }
+    } catch {
+      // aborted
+    } finally {
+      primedResolve();
+      notify();
+    }
+  })();
+  const reader: SseReader = {
+    status: res.status,
+    get primed() {
+      return primed;
+    },
+    received,
+    ended,
+    close: () => abort.abort(),
+    async waitFor(n, ms = 10000) {
+      const deadline = Date.now() + ms;
+      while (received.length < n) {
+        const left = deadline - Date.now();
+        if (left <= 0) throw new Error(`expected ${n} SSE messages, got ${received.length} after ${ms} ms`);
+        await Promise.race([new Promise<void>((r) => (notify = r)), sleep(Math.min(left, 100)), ended]);
+      }
+      return received.slice(0, n);
+    },
+  };
+  t.teardown(() => abort.abort());
+  if (res.status === 200) await primedP;
+  return reader;
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Rows in the feed, in feed order. */
+export async function feedRows(
+  db: Kysely<Database>,
+): Promise<{ cursor: string; stream: string; data: unknown }[]> {
+  const { rows } = await sql<{ cursor: string; stream: string; data: unknown }>`
+    select txid::text || '-' || id::text as cursor, stream, data from commitfeed.feed order by txid, id`.execute(
+    db,
+  );
+  return rows;
+}
