@@ -39,7 +39,12 @@ export class Tailer {
   private errorBackoffMs = 0;
   /** When rows first started waiting behind the horizon (0: none waiting). */
   private waitingSince = 0;
-  readonly stats = { reads: 0, events: 0, errors: 0, lastReadAt: 0 };
+  /** Wakes asked for, and the last one a completed read is known to cover (see settled()). */
+  private wakesRequested = 0;
+  private wakesCovered = 0;
+  private settleWaiters: { target: number; resolve: () => void }[] = [];
+  /** fallbackWakes: reads started by the timer (idle poll, re-poll behind the horizon, backoff). */
+  readonly stats = { reads: 0, events: 0, errors: 0, lastReadAt: 0, fallbackWakes: 0 };
 
   constructor(
     private readonly db: Db,
@@ -73,6 +78,7 @@ export class Tailer {
 
   /** Asks for a read soon; cheap to call often (wakes coalesce into one read). */
   wake(): void {
+    this.wakesRequested++;
     if (this.stopped) return;
     if (this.running) {
       this.again = true;
@@ -88,6 +94,7 @@ export class Tailer {
     try {
       for (;;) {
         this.again = false;
+        const covers = this.wakesRequested;
         const page = await readTail(this.db, this.window.tail, this.opts.pageSize);
         this.stats.reads++;
         this.stats.lastReadAt = Date.now();
@@ -102,6 +109,8 @@ export class Tailer {
         this.stats.events += events.length;
         if (events.length > 0) this.opts.onEvents(events);
         if (events.length === this.opts.pageSize) continue;
+        this.wakesCovered = covers;
+        this.releaseSettled();
         if (page.waiting) {
           if (this.waitingSince === 0) this.waitingSince = Date.now();
           next = this.fastPollMs;
@@ -123,10 +132,40 @@ export class Tailer {
     this.schedule(next);
   }
 
+  /**
+   * Resolves once a read that started after every wake asked so far has completed (or after
+   * `maxMs`): then the tail includes every event this process has committed and acknowledged,
+   * so a subscriber starting from `latest` does not receive events published before it connected.
+   */
+  settled(maxMs = 1000): Promise<void> {
+    if (this.wakesCovered >= this.wakesRequested || this.stopped) return Promise.resolve();
+    return new Promise((resolve) => {
+      const w = { target: this.wakesRequested, resolve };
+      this.settleWaiters.push(w);
+      setTimeout(() => {
+        this.settleWaiters = this.settleWaiters.filter((x) => x !== w);
+        resolve();
+      }, maxMs).unref();
+    });
+  }
+
+  private releaseSettled(): void {
+    if (this.settleWaiters.length === 0) return;
+    const still: typeof this.settleWaiters = [];
+    for (const w of this.settleWaiters) {
+      if (w.target <= this.wakesCovered) w.resolve();
+      else still.push(w);
+    }
+    this.settleWaiters = still;
+  }
+
   private schedule(ms: number): void {
     if (this.stopped) return;
     clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.wake(), ms);
+    this.timer = setTimeout(() => {
+      this.stats.fallbackWakes++;
+      this.wake();
+    }, ms);
     this.timer.unref();
   }
 

@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config.ts';
-import { ApiError } from '../errors.ts';
+import { ApiError, RETRY_AFTER_S } from '../errors.ts';
 import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { FeedEvent } from '../feed/queries.ts';
@@ -69,7 +69,7 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
 }
 
 /** Where a read starts: Last-Event-ID, else ?after, else ?from (default latest: the live tail). */
-function startCursor(request: FastifyRequest, query: ReadQuery, feed: Feed): Cursor {
+async function startCursor(request: FastifyRequest, query: ReadQuery, feed: Feed): Promise<Cursor> {
   const header = request.headers['last-event-id'];
   const given = typeof header === 'string' && header !== '' ? header : query.after;
   if (given !== undefined) {
@@ -83,7 +83,10 @@ function startCursor(request: FastifyRequest, query: ReadQuery, feed: Feed): Cur
     }
     return c;
   }
-  return query.from === 'earliest' ? START : feed.tailer.position;
+  if (query.from === 'earliest') return START;
+  // Read-your-writes: include events this process has already acknowledged.
+  await feed.tailer.settled();
+  return feed.tailer.position;
 }
 
 function wantsSse(request: FastifyRequest): boolean {
@@ -98,8 +101,16 @@ async function readStreams(
   feed: Feed,
   config: Config,
 ): Promise<unknown> {
-  const start = startCursor(request, query, feed);
+  const start = await startCursor(request, query, feed);
   if (wantsSse(request)) {
+    if (feed.hub.subscriberCount >= config.maxSseConnections) {
+      throw new ApiError(
+        503,
+        'too_many_connections',
+        `this server already serves ${config.maxSseConnections} SSE connections (MAX_SSE_CONNECTIONS); retry later or use another replica`,
+        { 'retry-after': String(RETRY_AFTER_S) },
+      );
+    }
     const sink = openSse(reply, formatCursor(start), config.sseRetryMs);
     const sub = feed.hub.subscribe(streams, start, sink);
     reply.raw.on('close', () => feed.hub.unsubscribe(sub));
