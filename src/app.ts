@@ -5,11 +5,13 @@
 import sensible from '@fastify/sensible';
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { Kysely } from 'kysely';
+import type pg from 'pg';
 import type { Config } from './config.ts';
 import type { Database } from './db/database.ts';
 import { installErrorHandlers } from './errors.ts';
 import type { Feed } from './feed/feed.ts';
 import { healthRoutes } from './ops/health.ts';
+import { metricsRoutes } from './ops/metrics.ts';
 import { streamRoutes } from './streams/routes.ts';
 
 declare module 'fastify' {
@@ -24,6 +26,8 @@ export interface AppDeps {
   config: Config;
   db: Kysely<Database>;
   feed: Feed;
+  /** The query pool, for /metrics (optional: its gauges are left out without it). */
+  pool?: pg.Pool;
 }
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
@@ -48,6 +52,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.removeContentTypeParser('text/plain');
   installErrorHandlers(app);
   healthRoutes(app, deps);
+  metricsRoutes(app, deps);
   streamRoutes(app, deps);
   return app;
 }

@@ -35,7 +35,7 @@ export async function startServer(config: Config): Promise<Server> {
     });
     databaseUrl = embedded.url;
   }
-  const { db } = createDatabase({
+  const { db, pool } = createDatabase({
     url: databaseUrl,
     poolSize: config.poolSize,
     statementTimeoutMs: config.statementTimeoutMs,
@@ -48,7 +48,7 @@ export async function startServer(config: Config): Promise<Server> {
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
     feed = new Feed({ ...config, db, databaseUrl, log });
     await feed.start();
-    app = await buildApp({ config, db, feed });
+    app = await buildApp({ config, db, feed, pool });
     const f = feed;
     // preClose runs before the server stops accepting: SSE streams never end on their own, so end
     // them first (with a retry hint) or close() would wait for them forever.

@@ -20,6 +20,7 @@ export interface FeedOptions {
   pollIntervalMs: number;
   heartbeatMs: number;
   sseRetryMs: number;
+  slowSubscriberMaxMs?: number;
   log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
 }
 
@@ -41,6 +42,7 @@ export class Feed {
       pageSize: opts.pageSize,
       heartbeatMs: opts.heartbeatMs,
       sseRetryMs: opts.sseRetryMs,
+      slowSubscriberMaxMs: opts.slowSubscriberMaxMs,
       log: opts.log,
     });
     this.batcher = new Batcher(opts.db, {

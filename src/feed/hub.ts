@@ -8,6 +8,10 @@
  * live, and after `drain` catches up from its cursor like a reconnecting one: memory per subscriber
  * is bounded by one page whatever the publish rate.
  *
+ * A subscriber whose socket takes no bytes for `slowSubscriberMaxMs` (a client that stopped reading)
+ * is dropped by a periodic sweep: every frame it was sent carries its id, so it resumes from the last
+ * one it actually received and loses nothing, and the server holds no buffer for it any longer.
+ *
  * Lifecycle: one hub per process, created with the tailer. `close(chunk)` writes `chunk` (a `retry:`
  * hint) to every subscriber and ends them. A catch-up read that fails (database down) ends that
  * subscriber with an `unavailable` event and a `retry:` hint; the client resumes from its last id.
@@ -23,6 +27,10 @@ export interface Sink {
   /** Resolves on `drain` or when the sink closes. */
   drained(): Promise<void>;
   end(chunk?: string): void;
+  /** Drops the connection at once (a subscriber that stopped reading). */
+  destroy?(): void;
+  /** Bytes written but not yet taken by the socket. */
+  buffered?(): number;
 }
 
 export class Subscription {
@@ -31,6 +39,8 @@ export class Subscription {
   pumping = false;
   /** Frames gathered for this subscriber during one fan-out. */
   pending = '';
+  /** When a write last found the socket full (0: not blocked). Read by the slow-subscriber sweep. */
+  blockedSince = 0;
   readonly streamSet: ReadonlySet<string>;
 
   constructor(
@@ -63,6 +73,8 @@ export interface HubOptions {
   pageSize: number;
   heartbeatMs: number;
   sseRetryMs: number;
+  /** Drop a subscriber whose socket has taken nothing for this long (default 30 s). */
+  slowSubscriberMaxMs?: number;
   log: { warn(obj: object, msg?: string): void };
 }
 
@@ -73,7 +85,12 @@ export class Hub {
   private readonly all = new Set<Subscription>();
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly heartbeat: NodeJS.Timeout;
-  readonly stats = { delivered: 0 };
+  private readonly sweeper: NodeJS.Timeout;
+  /** Dropped slow subscribers whose sockets still have to be destroyed (by the next sweep). */
+  private readonly dropping = new Set<Subscription>();
+  /** delivered: live fan-out writes; frames: event frames written (live and catch-up); dropped: slow
+   * subscribers cut off. Read by /metrics at scrape time. */
+  readonly stats = { delivered: 0, frames: 0, dropped: 0 };
 
   constructor(
     private readonly tailer: Tailer,
@@ -81,6 +98,9 @@ export class Hub {
   ) {
     this.heartbeat = setInterval(() => this.beat(), opts.heartbeatMs);
     this.heartbeat.unref();
+    const slowMs = opts.slowSubscriberMaxMs ?? 30000;
+    this.sweeper = setInterval(() => this.sweep(slowMs), Math.max(25, Math.min(1000, slowMs >>> 2)));
+    this.sweeper.unref();
   }
 
   get subscriberCount(): number {
@@ -115,6 +135,7 @@ export class Hub {
   /** Called by the tailer with each new page, in feed order. */
   onEvents(events: readonly FeedEvent[]): void {
     const touched: Subscription[] = [];
+    let frames = 0;
     for (const e of events) {
       const subs = this.byStream.get(e.stream);
       if (subs !== undefined) {
@@ -124,11 +145,13 @@ export class Hub {
           if (sub.pending === '') touched.push(sub);
           sub.pending += frame;
           sub.cursor = e;
+          frames++;
         }
       }
       const ws = this.waiters.get(e.stream);
       if (ws !== undefined) for (const w of ws) this.release(w);
     }
+    this.stats.frames += frames;
     for (const sub of touched) {
       const chunk = sub.pending;
       sub.pending = '';
@@ -136,7 +159,11 @@ export class Hub {
       if (!sub.sink.write(chunk)) {
         // Full socket: leave the live set; catch up from the cursor once it drains.
         sub.live = false;
-        void sub.sink.drained().then(() => this.pump(sub));
+        sub.blockedSince = Date.now();
+        void sub.sink.drained().then(() => {
+          sub.blockedSince = 0;
+          return this.pump(sub);
+        });
       }
     }
   }
@@ -194,6 +221,7 @@ export class Hub {
         if (sub.closed) return;
         let chunk = '';
         let ok = true;
+        this.stats.frames += events.length;
         for (const e of events) {
           chunk += sseFrame(e);
           sub.cursor = e;
@@ -205,7 +233,11 @@ export class Hub {
         }
         if (ok && chunk !== '') ok = sub.sink.write(chunk);
         if (ok) sub.cursor = maxCursor(sub.cursor, position);
-        else await sub.sink.drained();
+        else {
+          sub.blockedSince = Date.now();
+          await sub.sink.drained();
+          sub.blockedSince = 0;
+        }
       }
     } catch (err) {
       this.opts.log.warn({ err: (err as Error).message }, 'catch-up read failed; closing subscriber');
@@ -220,6 +252,42 @@ export class Hub {
     }
   }
 
+  /**
+   * Drops subscribers whose socket has been full for longer than `slowMs`. The ones dropped by the
+   * previous sweep are destroyed now: `end()` gave a client that is merely slow the chance to read
+   * the rest and the `retry:` hint; one that is not reading at all holds nothing after this.
+   */
+  private sweep(slowMs: number): void {
+    for (const sub of this.dropping) sub.sink.destroy?.();
+    this.dropping.clear();
+    const now = Date.now();
+    for (const sub of this.all) {
+      if (sub.blockedSince === 0 || now - sub.blockedSince < slowMs) continue;
+      this.stats.dropped++;
+      this.opts.log.warn(
+        {
+          streams: sub.streams.slice(0, 5),
+          cursor: `${sub.cursor.txid}-${sub.cursor.id}`,
+          blockedMs: now - sub.blockedSince,
+        },
+        'slow SSE subscriber dropped (it resumes from its last id)',
+      );
+      sub.sink.end(
+        `retry: ${this.opts.sseRetryMs}\n: slow subscriber dropped; reconnect with Last-Event-ID\n\n`,
+      );
+      this.unsubscribe(sub);
+      this.dropping.add(sub);
+    }
+  }
+
+  /** Bytes written to subscribers' sockets and not yet taken by them (scrape time only: O(subscribers)). */
+  bufferedBytes(): number {
+    let n = 0;
+    for (const sub of this.all) n += sub.sink.buffered?.() ?? 0;
+    for (const sub of this.dropping) n += sub.sink.buffered?.() ?? 0;
+    return n;
+  }
+
   private beat(): void {
     for (const sub of this.all) if (sub.live) sub.sink.write(':\n\n');
   }
@@ -227,6 +295,9 @@ export class Hub {
   /** Ends every subscription with `chunk` (e.g. a `retry:` hint at shutdown). */
   close(chunk?: string): void {
     clearInterval(this.heartbeat);
+    clearInterval(this.sweeper);
+    for (const sub of this.dropping) sub.sink.destroy?.();
+    this.dropping.clear();
     for (const sub of [...this.all]) {
       sub.sink.end(chunk);
       this.unsubscribe(sub);

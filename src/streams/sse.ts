@@ -50,5 +50,7 @@ function responseSink(res: ServerResponse): Sink {
       if (chunk) res.end(chunk);
       else res.end();
     },
+    destroy: () => res.destroy(),
+    buffered: () => res.writableLength,
   };
 }
