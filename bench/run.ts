@@ -22,7 +22,7 @@ const HELP = `npm run bench -- [flags]
   --quick                 smoke run, under 2 minutes (short runs, smaller scales)
   --scenarios 1,2,3,4,5,6 which scenarios to run (default all)
   --peers LIST            peers to measure: naive,naive-nonotify,nats,redis (default all)
-  --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 2)
+  --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 1)
   --conns LIST            scenario 1 connections (default 1,16,64,256)
   --batch-sizes LIST      scenario 2 batch sizes (default 100,1000)
   --batch-conns LIST      scenario 2 connections (default 4,16; quick 4)
@@ -101,8 +101,8 @@ function parseOptions(argv: string[]): Options {
     quick: q,
     scenarios: list(v.scenarios, [1, 2, 3, 4, 5, 6]),
     peers: (v.peers ?? 'naive,naive-nonotify,nats,redis').split(',').filter(Boolean),
-    durationSec: num(v.duration, 10, 2),
-    warmupSec: q ? 1 : 2,
+    durationSec: num(v.duration, 10, 1),
+    warmupSec: q ? 0.5 : 2,
     conns: list(v.conns, [1, 16, 64, 256]),
     batchSizes: list(v['batch-sizes'], [100, 1000]),
     batchConns: list(v['batch-conns'], [4, 16], [4]),
@@ -259,6 +259,11 @@ async function main(): Promise<void> {
     checks: [],
     plot: [],
     problems: [],
+    restartCommitfeed: async (scenario) => {
+      if (ctx.commitfeed) await stop(ctx.commitfeed.cp, 10_000);
+      ctx.commitfeed = undefined;
+      return ctx.ensureCommitfeed(scenario);
+    },
     ensureCommitfeed: async (scenario) => {
       const cur = ctx.commitfeed;
       if (cur && cur.cp.exitCode === null && cur.cp.signalCode === null) return true;

@@ -61,6 +61,8 @@ export interface Ctx {
   problems: string[];
   /** Restarts commitfeed if it died; returns false if it cannot run. */
   ensureCommitfeed(scenario: number): Promise<boolean>;
+  /** Stops commitfeed and starts a fresh process. */
+  restartCommitfeed(scenario: number): Promise<boolean>;
 }
 
 export function log(msg: string): void {

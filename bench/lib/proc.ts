@@ -199,7 +199,16 @@ export class Worker<R> {
     return m.result as R;
   }
 
+  /** Job workers (serveJobs): runs one job and returns its result; cpuSec is that job's CPU. */
+  async run<J>(args: unknown, timeoutMs: number): Promise<J> {
+    this.send({ type: 'run', args });
+    const m = await this.next('done', timeoutMs);
+    this.cpuSec = Number(m['cpuSec']);
+    return m.result as J;
+  }
+
   stop(): Promise<void> {
+    this.send({ type: 'exit' });
     return stop(this.cp, 2000);
   }
 }
@@ -244,4 +253,22 @@ export function runWorker(body: () => Promise<unknown>): void {
     },
     (err: Error) => finish({ type: 'error', message: err.stack ?? String(err) }, 1),
   );
+}
+
+/** A worker that runs jobs one after another ({type:'run', args} → {type:'done', result, cpuSec}),
+ * so a series of short measurements does not pay a process start-up each. */
+export function serveJobs(handler: (args: unknown) => Promise<unknown>): void {
+  process.on('disconnect', () => process.exit(0));
+  process.on('message', (m: WorkerMessage) => {
+    if (m.type === 'exit') process.exit(0);
+    if (m.type !== 'run') return;
+    const before = process.cpuUsage();
+    handler(m['args']).then(
+      (result) => {
+        const d = process.cpuUsage(before);
+        toParent({ type: 'done', result, cpuSec: (d.user + d.system) / 1e6 });
+      },
+      (err: Error) => toParent({ type: 'error', message: err.stack ?? String(err) }),
+    );
+  });
 }

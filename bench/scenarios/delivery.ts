@@ -44,6 +44,8 @@ export async function runDelivery(
       ...r.pub,
       label: r.label,
     });
+    // Time the rest from the publisher's first send, not from its process start.
+    await pubW.next('started', 60_000);
     const tick = r.onTick ? setInterval(r.onTick, 500) : undefined;
     const during = r.during?.();
     let pub: PublisherResult;
@@ -214,9 +216,22 @@ export async function scenario4(ctx: Ctx): Promise<void> {
     table.notes.push('commitfeed not running: skipped');
     return;
   }
+  // A fresh server process, warmed with a short run, so the RSS baseline is not what earlier
+  // scenarios left behind for the garbage collector.
+  if (!(await ctx.restartCommitfeed(4))) {
+    table.notes.push('commitfeed did not restart: skipped');
+    return;
+  }
   const server = ctx.commitfeed!;
   const pid = server.cp.pid!;
   const streams = Array.from({ length: opts.fanoutStreams }, (_, i) => `s4-fan-${i}`);
+  await runDelivery({
+    label: 'fan-out warm-up',
+    sub: { kind: 'sse', port: server.port, streams },
+    pub: { target: { kind: 'http', port: server.port }, mode: 'rate', streams, rate: 100, durationSec: 1 },
+    drainMs: 2000,
+  });
+  await sleep(1000);
   const subStreams = Array.from({ length: opts.fanoutConns }, (_, i) => streams[i % streams.length]);
   const rssBefore = rssKiB(pid);
   let rssConnected = Number.NaN;

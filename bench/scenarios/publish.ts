@@ -36,8 +36,33 @@ function cpuCell(a: CpuMark, b: CpuMark, loaderSec: number): string {
 const CPU_NOTE =
   'CPU columns are cores in use during the run: server / all postgres processes / load generator / whole machine (2 cores = 2.00).';
 
+/** Long-lived load processes, one per kind, each running one measurement after another. */
+export class Loaders {
+  private workers = new Map<string, Worker<unknown>>();
+
+  get(kind: 'http' | 'native' | 'ceiling'): Worker<unknown> {
+    let w = this.workers.get(kind);
+    if (!w || w.cp.exitCode !== null || w.cp.signalCode !== null) {
+      const file = {
+        http: 'workers/http-load.ts',
+        native: 'workers/publisher.ts',
+        ceiling: 'workers/pg-ceiling.ts',
+      }[kind];
+      w = new Worker<unknown>(kind, benchFile(file), {}, { env: { BENCH_JOBS: '1' } });
+      this.workers.set(kind, w);
+    }
+    return w;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.workers.values()].map((w) => w.stop()));
+    this.workers.clear();
+  }
+}
+
 async function httpPoint(
   ctx: Ctx,
+  loaders: Loaders,
   sys: System,
   path: string,
   body: string,
@@ -50,29 +75,31 @@ async function httpPoint(
     connections: conns,
     durationSec: sec,
   };
-  const w = new Worker<HttpLoadResult>('http-load', benchFile('workers/http-load.ts'), args);
+  const w = loaders.get('http');
   const a = cpuMark(sys.serverPid);
-  try {
-    const r = await w.result(sec * 1000 + 60_000);
-    const b = cpuMark(sys.serverPid);
-    const errors = r.non2xx + r.errors + r.timeouts;
-    if (errors > 0)
-      ctx.problems.push(`${sys.name}: ${errors} failed requests at ${conns} connections (${path})`);
-    return {
-      eventsPerSec: r.rps,
-      p50: r.latency.p50,
-      p90: r.latency.p90,
-      p99: r.latency.p99,
-      max: r.latency.max,
-      errors,
-      cpu: cpuCell(a, b, w.cpuSec),
-    };
-  } finally {
-    await w.stop();
-  }
+  const r = await w.run<HttpLoadResult>(args, sec * 1000 + 60_000);
+  const b = cpuMark(sys.serverPid);
+  const errors = r.non2xx + r.errors + r.timeouts;
+  if (errors > 0)
+    ctx.problems.push(`${sys.name}: ${errors} failed requests at ${conns} connections (${path})`);
+  return {
+    eventsPerSec: r.rps,
+    p50: r.latency.p50,
+    p90: r.latency.p90,
+    p99: r.latency.p99,
+    max: r.latency.max,
+    errors,
+    cpu: cpuCell(a, b, w.cpuSec),
+  };
 }
 
-async function nativePoint(sys: System, stream: string, conns: number, sec: number): Promise<Point> {
+async function nativePoint(
+  loaders: Loaders,
+  sys: System,
+  stream: string,
+  conns: number,
+  sec: number,
+): Promise<Point> {
   const args: PublisherArgs = {
     target: sys.target,
     mode: 'closed',
@@ -80,24 +107,20 @@ async function nativePoint(sys: System, stream: string, conns: number, sec: numb
     durationSec: sec,
     concurrency: conns,
   };
-  const w = new Worker<PublisherResult>('publisher', benchFile('workers/publisher.ts'), args);
+  const w = loaders.get('native');
   const a = cpuMark(sys.serverPid);
-  try {
-    const r = await w.result(sec * 1000 + 60_000);
-    const b = cpuMark(sys.serverPid);
-    return {
-      eventsPerSec: r.total / r.elapsedSec,
-      p50: r.latency.p50,
-      p90: r.latency.p90,
-      p99: r.latency.p99,
-      max: r.latency.max,
-      errors: r.errors,
-      firstError: r.firstError,
-      cpu: cpuCell(a, b, w.cpuSec),
-    };
-  } finally {
-    await w.stop();
-  }
+  const r = await w.run<PublisherResult>(args, sec * 1000 + 60_000);
+  const b = cpuMark(sys.serverPid);
+  return {
+    eventsPerSec: r.total / r.elapsedSec,
+    p50: r.latency.p50,
+    p90: r.latency.p90,
+    p99: r.latency.p99,
+    max: r.latency.max,
+    errors: r.errors,
+    firstError: r.firstError,
+    cpu: cpuCell(a, b, w.cpuSec),
+  };
 }
 
 function systems(ctx: Ctx): { list: System[]; skipped: string[] } {
@@ -171,6 +194,7 @@ export async function scenario1(ctx: Ctx): Promise<void> {
     ],
   };
   const byName = new Map<string, Map<number, Point>>();
+  const loaders = new Loaders();
   for (const sys of list) {
     if (sys.name === 'commitfeed' && !(await ctx.ensureCommitfeed(1))) continue;
     const series: Series = { name: sys.name, throughput: [], p99: [] };
@@ -178,8 +202,16 @@ export async function scenario1(ctx: Ctx): Promise<void> {
     byName.set(sys.name, points);
     const run = (conns: number, sec: number) =>
       sys.target.kind === 'http'
-        ? httpPoint(ctx, sys, `/v1/streams/${stream}/events${sys.target.query ?? ''}`, body, conns, sec)
-        : nativePoint(sys, stream, conns, sec);
+        ? httpPoint(
+            ctx,
+            loaders,
+            sys,
+            `/v1/streams/${stream}/events${sys.target.query ?? ''}`,
+            body,
+            conns,
+            sec,
+          )
+        : nativePoint(loaders, sys, stream, conns, sec);
     try {
       log(`scenario 1: ${sys.name}: warm-up`);
       await run(16, opts.warmupSec);
@@ -209,6 +241,7 @@ export async function scenario1(ctx: Ctx): Promise<void> {
     }
     ctx.plot.push(series);
   }
+  await loaders.close();
   ctx.tables.push(table);
 
   const cf = byName.get('commitfeed');
@@ -261,6 +294,7 @@ export async function scenario2(ctx: Ctx): Promise<void> {
   };
   const data = { n: 1, msg: 'hello, world' };
   let best = 0;
+  const loaders = new Loaders();
   for (const batch of opts.batchSizes) {
     const ceiling = new Map<number, number>();
     for (const conns of opts.batchConns) {
@@ -272,10 +306,10 @@ export async function scenario2(ctx: Ctx): Promise<void> {
         durationSec: opts.durationSec,
         data: JSON.stringify(data),
       };
-      const w = new Worker<CeilingResult>('pg-ceiling', benchFile('workers/pg-ceiling.ts'), args);
+      const w = loaders.get('ceiling');
       const a = cpuMark(undefined);
       try {
-        const r = await w.result(opts.durationSec * 1000 + 60_000);
+        const r = await w.run<CeilingResult>(args, opts.durationSec * 1000 + 60_000);
         const b = cpuMark(undefined);
         ceiling.set(conns, r.eventsPerSec);
         const sec = (b.at - a.at) / 1000;
@@ -296,8 +330,6 @@ export async function scenario2(ctx: Ctx): Promise<void> {
         log(`  → ${fmtNum(r.eventsPerSec)} events/s`);
       } catch (err) {
         table.notes.push(`DB ceiling batch ${batch}: FAILED: ${(err as Error).message}`);
-      } finally {
-        await w.stop();
       }
     }
     const ceilingBest = Math.max(...ceiling.values());
@@ -314,7 +346,15 @@ export async function scenario2(ctx: Ctx): Promise<void> {
     for (const conns of opts.batchConns) {
       log(`scenario 2: commitfeed, batch ${batch}, ${conns} connections`);
       try {
-        const p = await httpPoint(ctx, sys, '/v1/streams/s2-batch/events', body, conns, opts.durationSec);
+        const p = await httpPoint(
+          ctx,
+          loaders,
+          sys,
+          '/v1/streams/s2-batch/events',
+          body,
+          conns,
+          opts.durationSec,
+        );
         const events = p.eventsPerSec * batch;
         best = Math.max(best, events);
         const ref = ceiling.get(conns) ?? ceilingBest;
@@ -336,6 +376,7 @@ export async function scenario2(ctx: Ctx): Promise<void> {
       }
     }
   }
+  await loaders.close();
   ctx.tables.push(table);
   ctx.checks.push({
     scenario: 2,

@@ -1,8 +1,8 @@
 // HTTP load process: autocannon against one URL, closed loop (each connection sends its next
 // request when the previous answer arrives). Runs in its own process so the load generator never
-// shares an event loop with the server it measures.
+// shares an event loop with the server it measures. Serves one run after another (serveJobs).
 import autocannon from 'autocannon';
-import { runWorker, workerArgs } from '../lib/proc.ts';
+import { serveJobs } from '../lib/proc.ts';
 
 export interface HttpLoadArgs {
   url: string;
@@ -22,8 +22,8 @@ export interface HttpLoadResult {
   bytesRead: number;
 }
 
-runWorker(async () => {
-  const a = workerArgs<HttpLoadArgs>();
+serveJobs(async (args) => {
+  const a = args as HttpLoadArgs;
   const r = await autocannon({
     url: a.url,
     method: 'POST',

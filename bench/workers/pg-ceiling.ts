@@ -3,7 +3,7 @@
 // implicit transaction — one round trip and one notifying commit per batch. No HTTP, no JSON
 // parsing: what any server on top of this database can at best approach.
 import pg from 'pg';
-import { runWorker, workerArgs } from '../lib/proc.ts';
+import { serveJobs } from '../lib/proc.ts';
 import { monoMs, Recorder } from '../lib/stats.ts';
 
 export interface CeilingArgs {
@@ -30,8 +30,8 @@ const SQL = `WITH ins AS (
 )
 SELECT pg_notify('bench_ceiling', '')`;
 
-runWorker(async () => {
-  const a = workerArgs<CeilingArgs>();
+serveJobs(async (args) => {
+  const a = args as CeilingArgs;
   const rows = Array.from({ length: a.batch }, () => a.data);
   const clients = Array.from(
     { length: a.connections },

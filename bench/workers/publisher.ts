@@ -9,7 +9,7 @@ import http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { connect, type JetStreamClient, type NatsConnection } from 'nats';
-import { fromParent, runWorker, toParent, workerArgs } from '../lib/proc.ts';
+import { fromParent, runWorker, serveJobs, toParent, workerArgs } from '../lib/proc.ts';
 import { monoMs, Recorder } from '../lib/stats.ts';
 import { httpPath, natsSubject, postJson, REDIS_PORT, redisKey, type Target } from '../lib/targets.ts';
 
@@ -96,8 +96,7 @@ async function makePublisher(
   };
 }
 
-runWorker(async () => {
-  const a = workerArgs<PublisherArgs>();
+async function publish(a: PublisherArgs): Promise<PublisherResult> {
   const concurrency = a.mode === 'closed' ? (a.concurrency ?? 1) : a.mode === 'sequential' ? 1 : 64;
   const pub = await makePublisher(a.target, concurrency);
   const pad = a.padBytes ? 'x'.repeat(a.padBytes) : '';
@@ -108,9 +107,10 @@ runWorker(async () => {
   let firstError: string | undefined;
   let throttled = 0;
   let stopped = false;
-  void fromParent('stop').then(() => {
-    stopped = true;
-  });
+  if (a.mode !== 'closed')
+    void fromParent('stop').then(() => {
+      stopped = true;
+    });
   const started = monoMs();
   const deadline = started + a.durationSec * 1000;
   let rr = 0;
@@ -130,7 +130,7 @@ runWorker(async () => {
     }
   };
 
-  toParent({ type: 'started' });
+  if (a.mode !== 'closed') toParent({ type: 'started' });
   if (a.mode === 'closed') {
     await Promise.all(
       Array.from({ length: concurrency }, async () => {
@@ -171,4 +171,8 @@ runWorker(async () => {
     throttled,
   };
   return result;
-});
+}
+
+// Closed-loop runs come as a series of jobs; the latency scenarios start one publisher per run.
+if (process.env['BENCH_JOBS']) serveJobs((args) => publish(args as PublisherArgs));
+else runWorker(() => publish(workerArgs<PublisherArgs>()));
