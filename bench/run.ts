@@ -3,7 +3,7 @@
 // JetStream and Redis Streams, prints one table per scenario, and writes bench/RESULTS.md and
 // bench/scenario1.svg. Every process it starts is stopped when it ends, however it ends.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -126,6 +126,15 @@ function parseOptions(argv: string[]): Options {
   };
 }
 
+const METHOD = `How it is measured: \`bench/run.ts\` drops and creates the database, starts commitfeed (\`node --import tsx src/main.ts\`,
+LOG_LEVEL=warn) and the naive peer (\`bench/peers/naive-server.ts\`) as their own processes, and drives them from other
+processes: autocannon for HTTP throughput, \`bench/workers/publisher.ts\` for open-loop publishing and for NATS/Redis,
+\`bench/workers/subscriber.ts\` (a raw-socket SSE client, JetStream ordered push consumers, or Redis XREAD BLOCK loops)
+for delivery. Each payload carries \`t\`, CLOCK_MONOTONIC milliseconds at the moment the publish is sent, and \`s\`, a
+per-stream sequence number; subscribers subtract \`t\` from their own CLOCK_MONOTONIC (one clock for every process on
+the machine) and check that every \`s\` arrived exactly once, and that all subscribers of a stream saw one order.
+Peers that cannot be reached are reported and skipped.`;
+
 const ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 
 async function freshDatabase(db: string): Promise<{ url: string; facts: Record<string, string> }> {
@@ -223,6 +232,7 @@ async function main(): Promise<void> {
   const started = new Date();
   const t0 = performance.now();
   mkdirSync(LOG_DIR, { recursive: true });
+  if (opts.cpuProf) rmSync(PROF_DIR, { recursive: true, force: true });
   log(
     `commitfeed bench: scenarios ${opts.scenarios.join(',')}${opts.quick ? ' (quick)' : ''}; logs in bench/.logs/`,
   );
@@ -327,7 +337,8 @@ async function main(): Promise<void> {
       ? readdirSync(PROF_DIR)
           .filter((f) => f.endsWith('.cpuprofile'))
           .map((f) => join(PROF_DIR, f))
-          .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)
+          // The tsx loader thread writes its own small profile; the server's main thread is the big one.
+          .sort((a, b) => statSync(b).size - statSync(a).size)
       : [];
     if (files[0]) {
       profile = summarizeProfile(files[0]);
@@ -390,6 +401,8 @@ async function main(): Promise<void> {
       ? ['## Problems seen in this run', '', ...ctx.problems.map((p) => `- ${p.replace(/\n/g, ' ')}`), '']
       : []),
     '## Scenarios',
+    '',
+    METHOD,
     '',
     ...ctx.tables.flatMap((t) => [
       markdownTable(t),

@@ -10,17 +10,12 @@ import type { Config } from './config.ts';
 import type { Database } from './db/database.ts';
 import { installErrorHandlers } from './errors.ts';
 import type { Feed } from './feed/feed.ts';
+import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
 import { metricsRoutes } from './ops/metrics.ts';
+import { uiRoutes } from './ops/ui.ts';
+import { streamListRoutes } from './streams/list.ts';
 import { streamRoutes } from './streams/routes.ts';
-
-declare module 'fastify' {
-  interface FastifySchema {
-    summary?: string;
-    description?: string;
-    tags?: readonly string[];
-  }
-}
 
 export interface AppDeps {
   config: Config;
@@ -51,8 +46,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // JSON only: a text/plain body is a 415, not a string that fails validation later.
   app.removeContentTypeParser('text/plain');
   installErrorHandlers(app);
+  // Before every route: the spec is collected as routes are added.
+  await registerDocs(app);
+  uiRoutes(app);
   healthRoutes(app, deps);
   metricsRoutes(app, deps);
   streamRoutes(app, deps);
+  streamListRoutes(app, deps);
   return app;
 }

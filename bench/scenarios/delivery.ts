@@ -26,7 +26,7 @@ interface DeliveryRun {
 
 export async function runDelivery(
   r: DeliveryRun,
-): Promise<{ sub: SubscriberResult; pub: PublisherResult; connected: number }> {
+): Promise<{ sub: SubscriberResult; pub: PublisherResult; connected: number; subCpuSec: number }> {
   const sub = new Worker<SubscriberResult>('subscriber', benchFile('workers/subscriber.ts'), {
     ...r.sub,
     label: r.label,
@@ -57,7 +57,7 @@ export async function runDelivery(
     }
     sub.send({ type: 'expect', counts: pub.published, drainMs: r.drainMs });
     const result = await sub.result(r.drainMs + 60_000);
-    return { sub: result, pub, connected };
+    return { sub: result, pub, connected, subCpuSec: sub.cpuSec };
   } finally {
     await sub.stop();
     if (pubW) await pubW.stop();
@@ -117,12 +117,13 @@ export async function scenario3(ctx: Ctx): Promise<void> {
       'missing',
       'dup',
       'publish p99 ms',
+      'client loop p99 ms',
     ],
     rows: [],
     notes: [
       'Open-loop publisher (single-event publishes, up to 64 in flight) and subscribers in two separate processes; each subscriber reads one stream, so every event goes to ' +
         `${opts.latencySubs / opts.latencyStreams} subscribers. Latency runs from just before the publish request is sent to the frame being parsed by the subscriber.`,
-      `${opts.latencyDurationSec} s per system.`,
+      `${opts.latencyDurationSec} s per system. "client loop p99" is the subscriber process's own event-loop delay: the part of the latency that is the measuring client's.`,
     ],
   };
   const runs: { name: string; sub: Omit<SubscriberArgs, 'label'>; target: Target }[] = [];
@@ -241,7 +242,7 @@ export async function scenario4(ctx: Ctx): Promise<void> {
   );
   try {
     const t0 = performance.now();
-    const { sub, pub, connected } = await runDelivery({
+    const { sub, pub, connected, subCpuSec } = await runDelivery({
       label: 'fan-out',
       sub: { kind: 'sse', port: server.port, streams: subStreams, connectBatch: 256 },
       pub: {
@@ -294,6 +295,10 @@ export async function scenario4(ctx: Ctx): Promise<void> {
         `${fmtNum(perConn, 1)} KiB / ${fmtNum(perConnPeak, 1)} KiB`,
       ],
       ['drain after the publisher stopped', `${sub.drainSec.toFixed(1)} s`],
+      [
+        'subscriber process: CPU, event-loop delay p99 / max',
+        `${subCpuSec.toFixed(1)} CPU-s; ${fmtMs(sub.loopDelayP99Ms)} / ${fmtMs(sub.loopDelayMaxMs)} ms`,
+      ],
     );
     table.notes.push(...problemsOf(ctx, 4, 'commitfeed', sub, pub));
     ctx.checks.push({

@@ -5,6 +5,7 @@
 //
 // Protocol with the parent: → ready {connected, failed}  ← expect {counts, drainMs}  → result.
 // In catch-up mode it also sends → caughtup once the preloaded events have all arrived.
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { connect, consumerOpts, type NatsConnection } from 'nats';
 import { SseConnection } from '../lib/sse-client.ts';
@@ -54,6 +55,9 @@ export interface SubscriberResult {
   heldMarkers: number;
   catchup?: { events: number; sec: number; perSec: number };
   drainSec: number;
+  /** This process's own event-loop delay while receiving: how much of the latency is the client's. */
+  loopDelayP99Ms: number;
+  loopDelayMaxMs: number;
 }
 
 class Sub {
@@ -134,6 +138,7 @@ runWorker(async () => {
 
   // ---- connect
   const t0 = monoMs();
+  const loop = monitorEventLoopDelay({ resolution: 5 });
   let failed = 0;
   let firstConnectError: string | undefined;
   let closeAll: () => Promise<void> = async () => {};
@@ -292,6 +297,7 @@ runWorker(async () => {
     };
   }
   const connectSec = (monoMs() - t0) / 1000;
+  loop.enable();
   toParent({ type: 'ready', connected: subs.length - failed, failed, firstConnectError, connectSec });
 
   const progress = setInterval(() => {
@@ -360,6 +366,8 @@ runWorker(async () => {
     maxGapMs: maxGap,
     heldMarkers,
     drainSec,
+    loopDelayP99Ms: loop.percentile(99) / 1e6,
+    loopDelayMaxMs: loop.max / 1e6,
   };
   if (catchupCount > 0) {
     const sec = caughtUpAt > 0 ? (caughtUpAt - t0) / 1000 : Number.NaN;

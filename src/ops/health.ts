@@ -5,13 +5,39 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import { errorBody } from '../errors.ts';
 import type { Feed } from '../feed/feed.ts';
+import { errorSchema } from '../streams/schemas.ts';
+
+const statusSchema = { type: 'object', properties: { status: { type: 'string' } } } as const;
+const checksSchema = {
+  type: 'object',
+  additionalProperties: { type: 'boolean' },
+  description: 'each check, true when it passes',
+} as const;
+const readySchema = {
+  type: 'object',
+  properties: { status: { type: 'string' }, checks: checksSchema },
+} as const;
+const notReadySchema = {
+  type: 'object',
+  properties: { ...errorSchema.properties, checks: checksSchema },
+} as const;
 
 export function healthRoutes(app: FastifyInstance, deps: { db: Kysely<Database>; feed: Feed }): void {
-  app.get('/healthz', { schema: { summary: 'The process is up' } }, async () => ({ status: 'ok' }));
+  app.get(
+    '/healthz',
+    { schema: { summary: 'The process is up', tags: ['ops'], response: { 200: statusSchema } } },
+    async () => ({ status: 'ok' }),
+  );
 
   app.get(
     '/readyz',
-    { schema: { summary: 'Database reachable, migrations done, listener connected' } },
+    {
+      schema: {
+        summary: 'Database reachable, migrations done, listener connected',
+        tags: ['ops'],
+        response: { 200: readySchema, 503: notReadySchema },
+      },
+    },
     async (_req, reply) => {
       const checks = {
         database: false,

@@ -9,7 +9,14 @@ import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '.
 import type { Feed } from '../feed/feed.ts';
 import type { FeedEvent } from '../feed/queries.ts';
 import { type EventBody, toEventInput } from '../feed/validate.ts';
-import { multiReadQuery, publishBody, publishResponse, streamParams, streamReadQuery } from './schemas.ts';
+import {
+  multiReadQuery,
+  publishBody,
+  publishResponse,
+  readResponse,
+  streamParams,
+  streamReadQuery,
+} from './schemas.ts';
 import { openSse } from './sse.ts';
 
 interface ReadQuery {
@@ -27,6 +34,7 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
     {
       schema: {
         summary: 'Publish one event or a batch',
+        tags: ['streams'],
         params: streamParams,
         body: publishBody,
         response: publishResponse,
@@ -51,7 +59,13 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
   app.get<{ Params: { stream: string } }>(
     '/v1/streams/:stream/events',
     {
-      schema: { summary: 'Read a stream (SSE or JSON)', params: streamParams, querystring: streamReadQuery },
+      schema: {
+        summary: 'Read a stream (SSE or JSON)',
+        tags: ['streams'],
+        params: streamParams,
+        querystring: streamReadQuery,
+        response: readResponse,
+      },
     },
     (request, reply) => read(request, reply, [request.params.stream]),
   );
@@ -61,7 +75,9 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
     {
       schema: {
         summary: 'Read several streams on one connection (SSE or JSON)',
+        tags: ['streams'],
         querystring: multiReadQuery,
+        response: readResponse,
       },
     },
     (request, reply) => read(request, reply, [...new Set(request.query.stream)]),

@@ -84,3 +84,74 @@ export const multiReadQuery = {
     },
   },
 } as const;
+
+const eventRead = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', description: 'cursor: pass as `after` or `Last-Event-ID` to resume after it' },
+    stream: { type: 'string' },
+    type: { type: ['string', 'null'] },
+    key: { type: ['string', 'null'] },
+    data: { description: 'the event data as published' },
+    time: { type: 'string', format: 'date-time' },
+  },
+} as const;
+
+/** GET reads answer SSE or JSON by `Accept`; the handler writes both itself (these document them). */
+export const readResponse = {
+  200: {
+    description:
+      'JSON page (default) or, with `Accept: text/event-stream`, an SSE stream: `retry:` and a primed `id:` first, ' +
+      'then `id`/`event`/`data` frames; `event: unavailable` (no id) when the database is lost mid-stream',
+    content: {
+      'application/json': {
+        schema: {
+          type: 'object',
+          properties: {
+            events: { type: 'array', items: eventRead },
+            next: { type: 'string', description: 'cursor to pass as `after` for the next page' },
+          },
+        },
+      },
+      'text/event-stream': { schema: { type: 'string' } },
+    },
+  },
+  400: errorSchema,
+  503: errorSchema,
+} as const;
+
+export const streamListQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    limit: { type: 'integer', minimum: 1, maximum: 1000, default: 200, description: 'most streams listed' },
+  },
+} as const;
+
+export const streamListResponse = {
+  200: {
+    type: 'object',
+    properties: {
+      streams: {
+        type: 'array',
+        items: {
+          type: 'object',
+          properties: {
+            name: { type: 'string' },
+            recent: {
+              type: 'integer',
+              description: 'events among the most recent `window` events of the feed',
+            },
+            lastMinute: { type: 'integer', description: 'events in the last 60 s (rate = lastMinute / 60)' },
+            lastEventAt: { type: ['string', 'null'], format: 'date-time' },
+            types: { type: 'array', items: { type: 'string' }, description: 'event types seen recently' },
+          },
+        },
+      },
+      window: { type: 'integer', description: 'how many recent feed events the counts are taken from' },
+      more: { type: 'boolean', description: 'more streams exist than `limit`' },
+    },
+  },
+  400: errorSchema,
+  503: errorSchema,
+} as const;

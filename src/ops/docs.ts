@@ -1,0 +1,38 @@
+/**
+ * OpenAPI from the route schemas (the single source: validation, serialisation and docs): the spec at
+ * `/openapi.json`, a human page at `/docs`. Register before any route: @fastify/swagger collects routes
+ * with an onRoute hook, so a route added before it is missing from the spec.
+ */
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import type { FastifyInstance, FastifySchema } from 'fastify';
+import { errorSchema } from '../streams/schemas.ts';
+
+export async function registerDocs(app: FastifyInstance): Promise<void> {
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'commitfeed',
+        version: '0.1.0',
+        description:
+          'Event streams and work queues on PostgreSQL over HTTP. Errors are `{statusCode, error, code, message}` with a ' +
+          'stable `code`; 503 answers carry `Retry-After`. SSE reads resume exactly with `Last-Event-ID`.',
+      },
+      tags: [
+        { name: 'streams', description: 'publish and read events' },
+        { name: 'queues', description: 'work queues with leases' },
+        { name: 'ops', description: 'health and metrics' },
+      ],
+    },
+    // Documentation only (serialisation is untouched): any route can fail with the shared 500 shape.
+    // Routes without response schemas keep the plugin's default 200 instead.
+    transform: ({ schema, url }) => {
+      const s = (schema ?? {}) as FastifySchema & { response?: Record<string, unknown> };
+      if (s.hide || !s.response || s.response['500']) return { schema: s, url };
+      return { schema: { ...s, response: { ...s.response, 500: errorSchema } }, url };
+    },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+  app.get('/openapi.json', { schema: { hide: true } }, () => app.swagger());
+}

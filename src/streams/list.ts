@@ -1,0 +1,33 @@
+/** GET /v1/streams: stream names with their recent activity (for the live page and operators). */
+import type { FastifyInstance } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/database.ts';
+import { listStreams } from './queries.ts';
+import { streamListQuery, streamListResponse } from './schemas.ts';
+
+/** Counts are taken from this many most recent feed events (a bounded read, not a scan). */
+export const STATS_WINDOW = 10_000;
+
+export function streamListRoutes(app: FastifyInstance, deps: { db: Kysely<Database> }): void {
+  app.get<{ Querystring: { limit: number } }>(
+    '/v1/streams',
+    {
+      schema: {
+        summary: 'List streams with their recent activity',
+        description:
+          `Names in alphabetical order; \`recent\` and \`lastMinute\` count events among the feed's ${STATS_WINDOW} ` +
+          'most recent events (bounded cost), so they are activity indicators, not totals.',
+        tags: ['streams'],
+        querystring: streamListQuery,
+        response: streamListResponse,
+      },
+    },
+    async (request) => {
+      const { streams, more } = await listStreams(deps.db, {
+        limit: request.query.limit,
+        window: STATS_WINDOW,
+      });
+      return { streams, window: STATS_WINDOW, more };
+    },
+  );
+}
