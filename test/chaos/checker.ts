@@ -1,0 +1,762 @@
+/**
+ * The chaos checker: an adversarial end-to-end test of the delivery promise ("every committed event,
+ * exactly once, in one order, whatever happens"). Run alone:
+ *
+ *   npx tsx test/chaos/checker.ts --seed 42 --duration 60 [--readers 60] [--streams 5] [--replicas 2]
+ *
+ * It starts its own embedded PostgreSQL (own folder under the temp dir, own port: it restarts it and
+ * holds transactions open) and runs the service as child processes (`node --import tsx src/main.ts`)
+ * so it can kill -9 and restart them. Every process it starts is stopped, even on failure.
+ *
+ * - Writers: HTTP single publishes, HTTP batch publishes, and raw SQL transactions through
+ *   appendEvents that sleep 0–200 ms before COMMIT or ROLLBACK (commits land out of id order).
+ *   Every event carries a unique idempotency key. An HTTP publish whose outcome is unknown (503,
+ *   connection error, killed server) is re-published with the same key until it gets an answer; a
+ *   503 must never have committed (the retry would report `duplicate`), which is checked. Raw SQL
+ *   transactions that lose their connection at COMMIT are unknown and resolved from the table.
+ * - Readers: SSE subscribers over a handful of streams (a few read several streams on one
+ *   connection), half from `earliest`, half live; each disconnects at random and resumes with its
+ *   last id, on any replica. A live reader's expectations start after the id primed at its first
+ *   connect.
+ * - Faults: kill -9 + restart of a service process, restart of PostgreSQL, pg_terminate_backend of
+ *   the LISTEN connections and of pooled connections, a writing transaction held open for seconds.
+ * - Verdict: for every reader, the events received = the committed events of its streams in
+ *   (txid, id) order, each exactly once, none rolled back. One line; the first divergence on failure.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { closeSync, mkdirSync, openSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import { parseSse, textChunks } from '../../src/client/sse.ts';
+import { compareCursors, parseCursor } from '../../src/feed/cursor.ts';
+import { type EventInput, appendEvents } from '../../src/feed/queries.ts';
+import { type EmbeddedDatabase, startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import type { Database } from '../../src/db/database.ts';
+
+export interface ChaosOptions {
+  seed: number;
+  durationS: number;
+  readers: number;
+  streams: number;
+  replicas: number;
+  pgPort: number;
+  basePort: number;
+  /** Progress lines on stderr. */
+  verbose: boolean;
+}
+
+export interface ChaosResult {
+  ok: boolean;
+  verdict: string;
+  counts: Record<string, number>;
+}
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Deterministic PRNG (mulberry32): the same seed gives the same choices (timing still varies). */
+function rng(seed: number) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return {
+    next,
+    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
+    pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)],
+    chance: (p: number) => next() < p,
+  };
+}
+type Rng = ReturnType<typeof rng>;
+
+// ---------------------------------------------------------------------------------------------
+// Processes: the embedded PostgreSQL and the service replicas.
+
+class Service {
+  proc: ChildProcess | undefined;
+  up = false;
+  starts = 0;
+  constructor(
+    readonly port: number,
+    readonly databaseUrl: string,
+    readonly logFile: string,
+  ) {}
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  async start(): Promise<void> {
+    const fd = openSync(this.logFile, 'a');
+    this.proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        PORT: String(this.port),
+        HOST: '127.0.0.1',
+        DATABASE_URL: this.databaseUrl,
+        LOG_LEVEL: 'warn',
+        POLL_INTERVAL_MS: '250',
+        SSE_RETRY_MS: '100',
+        STATEMENT_TIMEOUT_MS: '5000',
+        POOL_SIZE: '6',
+      },
+      stdio: ['ignore', fd, fd],
+    });
+    closeSync(fd);
+    this.starts++;
+    const proc = this.proc;
+    proc.on('exit', () => {
+      if (this.proc === proc) this.up = false;
+    });
+    // Ready once /readyz answers 200 (database, LISTEN and tailer all up).
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline) {
+      if (proc.exitCode !== null || proc.signalCode !== null) {
+        // It can fail to start while PostgreSQL restarts: try again.
+        await sleep(200);
+        return this.start();
+      }
+      try {
+        const res = await fetch(`${this.url}/readyz`);
+        await res.arrayBuffer();
+        if (res.status === 200) {
+          this.up = true;
+          return;
+        }
+      } catch {
+        // not listening yet
+      }
+      await sleep(100);
+    }
+    throw new Error(`service on port ${this.port} did not become ready in 60 s (log: ${this.logFile})`);
+  }
+
+  /** kill -9: no shutdown at all. */
+  async kill(): Promise<void> {
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    this.up = false;
+    const exited = new Promise<void>((r) => p.once('exit', () => r()));
+    p.kill('SIGKILL');
+    await exited;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the writers know.
+
+type Outcome = 'committed' | 'rolledback' | 'unknown';
+
+interface Ledger {
+  /** key → outcome (and the id, when the writer learnt it). */
+  keys: Map<string, { stream: string; outcome: Outcome; id?: string }>;
+  /** keys that got a 503 at least once (each must turn out not to have committed then). */
+  got503: Set<string>;
+  /** keys whose 503 turned out to have committed (a retry said duplicate). Must stay empty. */
+  committedAfter503: string[];
+  /** A writer saw the same key answered with two different ids. Must stay empty. */
+  idMismatch: string[];
+  httpPublishes: number;
+  batchPublishes: number;
+  sqlCommits: number;
+  sqlRollbacks: number;
+  sqlErrors: number;
+  lastSqlError?: string;
+  retries: number;
+}
+
+function record(ledger: Ledger, key: string, stream: string, outcome: Outcome, id?: string): void {
+  const prev = ledger.keys.get(key);
+  if (prev?.id !== undefined && id !== undefined && prev.id !== id)
+    ledger.idMismatch.push(`${key}: ${prev.id} vs ${id}`);
+  ledger.keys.set(key, { stream, outcome, id: id ?? prev?.id });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers.
+
+interface Reader {
+  n: number;
+  streams: string[];
+  mode: 'earliest' | 'live';
+  /** Expectations start after this cursor (START for earliest; the first primed id for live). */
+  startAfter: string | undefined;
+  cursor: string | undefined;
+  received: { id: string; key: string }[];
+  connects: number;
+  errors: number;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
+  const r = rng(opts.seed);
+  const log = (msg: string) => {
+    if (opts.verbose) process.stderr.write(`[chaos ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
+  };
+  const work = path.join(os.tmpdir(), `commitfeed-chaos-${opts.pgPort}`);
+  mkdirSync(work, { recursive: true });
+  const streams = Array.from({ length: opts.streams }, (_, i) => `chaos-${i}`);
+  const services: Service[] = [];
+  const pools: Kysely<Database>[] = [];
+  let pgdb: EmbeddedDatabase | undefined;
+  let pgDown = false;
+  let stopped = false;
+  const killAll = () => {
+    for (const s of services) s.proc?.kill('SIGKILL');
+  };
+  process.once('exit', killAll);
+
+  const counts: Record<string, number> = {
+    faults: 0,
+    killService: 0,
+    restartPg: 0,
+    killListen: 0,
+    killPooled: 0,
+    holdTx: 0,
+  };
+
+  try {
+    log(`starting PostgreSQL on ${opts.pgPort} in ${work}`);
+    const pgDir = path.join(work, 'pg');
+    // The cluster is kept between runs (initdb costs seconds); every run gets a fresh database.
+    pgdb = await startEmbeddedPostgres({ dir: pgDir, port: opts.pgPort });
+    const dbName = `chaos_${process.pid}_${Date.now()}`;
+    {
+      const c = new pg.Client({ connectionString: pgdb.url });
+      await c.connect();
+      const { rows: old } = await c.query<{ datname: string }>(
+        "select datname from pg_database where datname like 'chaos\\_%'",
+      );
+      for (const o of old) await c.query(`drop database if exists ${o.datname} with (force)`);
+      await c.query(`create database ${dbName}`);
+      await c.end();
+    }
+    const u = new URL(pgdb.url);
+    u.pathname = `/${dbName}`;
+    const dbUrl = u.toString();
+    log(`PostgreSQL up; database ${dbName}`);
+    const restartPg = async () => {
+      pgDown = true;
+      await pgdb!.stop();
+      await sleep(r.int(200, 1200));
+      pgdb = await startEmbeddedPostgres({ dir: pgDir, port: opts.pgPort });
+      pgDown = false;
+    };
+    const admin = async <T>(fn: (c: pg.Client) => Promise<T>): Promise<T | undefined> => {
+      const c = new pg.Client({ connectionString: dbUrl, application_name: 'chaos-admin' });
+      c.on('error', () => {});
+      try {
+        await c.connect();
+        return await fn(c);
+      } catch {
+        return undefined;
+      } finally {
+        await c.end().catch(() => {});
+      }
+    };
+
+    // Replicas: the first one migrates alone, the others start together with it racing nothing.
+    for (let i = 0; i < opts.replicas; i++) {
+      services.push(new Service(opts.basePort + i, dbUrl, path.join(work, `service-${i}.log`)));
+    }
+    await Promise.all(services.map((s) => s.start()));
+    log(`${services.length} service processes ready`);
+
+    const sqlDb = () => {
+      const pool = new pg.Pool({
+        connectionString: dbUrl,
+        max: 4,
+        application_name: 'chaos-writer',
+        connectionTimeoutMillis: 3000,
+      });
+      pool.on('error', () => {});
+      pool.on('connect', (c) => c.on('error', () => {}));
+      const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+      pools.push(db);
+      return db;
+    };
+
+    const ledger: Ledger = {
+      keys: new Map(),
+      got503: new Set(),
+      committedAfter503: [],
+      idMismatch: [],
+      httpPublishes: 0,
+      batchPublishes: 0,
+      sqlCommits: 0,
+      sqlRollbacks: 0,
+      sqlErrors: 0,
+      retries: 0,
+    };
+    let keySeq = 0;
+    const newKey = (w: string) => `${w}.${keySeq++}`;
+    const ev = (stream: string, key: string, w: string) => ({ data: { s: stream, k: key, w }, key });
+
+    // ---- readers
+    const readers: Reader[] = [];
+    for (let i = 0; i < opts.readers; i++) {
+      const multi = i % 10 === 9;
+      const first = r.pick(streams);
+      const rs = multi ? [...new Set([first, r.pick(streams), r.pick(streams)])] : [first];
+      readers.push({
+        n: i,
+        streams: rs,
+        mode: i % 2 === 0 ? 'earliest' : 'live',
+        startAfter: i % 2 === 0 ? '0-0' : undefined,
+        cursor: undefined,
+        received: [],
+        connects: 0,
+        errors: 0,
+      });
+    }
+    let draining = false;
+    const readerDone = new Set<Reader>();
+    let expectedFinal: Map<Reader, string[]> | undefined;
+
+    const runReader = async (rd: Reader, rr: Rng) => {
+      while (!stopped) {
+        if (expectedFinal && caughtUp(rd)) {
+          readerDone.add(rd);
+          return;
+        }
+        const svc = rr.pick(services);
+        const qs =
+          rd.streams.length === 1
+            ? ''
+            : `?${rd.streams.map((s) => `stream=${encodeURIComponent(s)}`).join('&')}`;
+        const base =
+          rd.streams.length === 1
+            ? `${svc.url}/v1/streams/${rd.streams[0]}/events`
+            : `${svc.url}/v1/events${qs}`;
+        const headers: Record<string, string> = { accept: 'text/event-stream' };
+        let url = base;
+        if (rd.cursor !== undefined) headers['last-event-id'] = rd.cursor;
+        else if (rd.mode === 'earliest') url += `${qs === '' ? '?' : '&'}from=earliest`;
+        const abort = new AbortController();
+        // Disconnect at random (not while draining: then the only goal is to catch up).
+        const life = draining ? 60_000 : rr.int(200, 4000);
+        const timer = setTimeout(() => abort.abort(), life);
+        const poll = setInterval(() => {
+          if (stopped || (expectedFinal && caughtUp(rd))) abort.abort();
+        }, 100);
+        try {
+          rd.connects++;
+          const res = await fetch(url, { headers, signal: abort.signal });
+          if (res.status !== 200 || !res.body) {
+            await res.arrayBuffer().catch(() => {});
+            rd.errors++;
+          } else {
+            for await (const m of parseSse(textChunks(res.body))) {
+              if (m.data === undefined) {
+                // The primed id: where a live reader's expectations begin.
+                if (m.id !== undefined && rd.cursor === undefined) {
+                  rd.cursor = m.id;
+                  if (rd.startAfter === undefined) rd.startAfter = m.id;
+                }
+                continue;
+              }
+              if (m.event === 'unavailable') continue;
+              const id = m.id ?? '';
+              let key = '?';
+              try {
+                key = (JSON.parse(m.data) as { k: string }).k;
+              } catch {
+                // kept as '?': reported as a divergence
+              }
+              rd.received.push({ id, key });
+              rd.cursor = id;
+            }
+          }
+        } catch {
+          if (!abort.signal.aborted) rd.errors++;
+        } finally {
+          clearTimeout(timer);
+          clearInterval(poll);
+        }
+        await sleep(rr.int(10, 300));
+      }
+    };
+    const caughtUp = (rd: Reader): boolean => {
+      const exp = expectedFinal?.get(rd);
+      if (!exp) return false;
+      if (exp.length === 0) return rd.startAfter !== undefined;
+      const last = exp[exp.length - 1];
+      return rd.received.length >= exp.length && rd.received.some((x) => x.id === last);
+    };
+
+    // ---- writers
+    const writerTasks: Promise<void>[] = [];
+    const publishHttp = async (w: string, rr: Rng, batch: boolean): Promise<void> => {
+      const stream = rr.pick(streams);
+      const n = batch ? rr.int(2, 20) : 1;
+      const items = Array.from({ length: n }, () => ev(stream, newKey(w), w));
+      for (const it of items) record(ledger, it.key, stream, 'unknown');
+      const body = batch ? items : items[0];
+      // Until the outcome is known: the same keys make a retry safe. `ambiguous`: an attempt whose
+      // outcome nobody knows (the connection broke after the request was sent).
+      let ambiguous = false;
+      let had503 = false;
+      for (let attempt = 0; ; attempt++) {
+        if (attempt > 0) {
+          ledger.retries++;
+          await sleep(rr.int(100, 400));
+        }
+        const svc = rr.pick(services);
+        let status = 0;
+        let json: { id?: string; duplicate?: boolean; events?: { id: string; duplicate: boolean }[] } = {};
+        try {
+          const res = await fetch(`${svc.url}/v1/streams/${stream}/events`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify(body),
+            signal: AbortSignal.timeout(15_000),
+          });
+          status = res.status;
+          json = (await res.json()) as typeof json;
+        } catch (err) {
+          // Refused: never reached a server. Anything else (reset, killed server): unknown.
+          if ((err as { cause?: { code?: string } }).cause?.code !== 'ECONNREFUSED') ambiguous = true;
+          if (stopped) return;
+          continue;
+        }
+        if (status === 503) {
+          had503 = true;
+          for (const it of items) ledger.got503.add(it.key);
+          if (stopped) return;
+          continue;
+        }
+        if (status !== 200 && status !== 201)
+          throw new Error(`publish answered ${status}: ${JSON.stringify(json)}`);
+        const results = batch ? json.events! : [{ id: json.id!, duplicate: json.duplicate! }];
+        results.forEach((res, i) => {
+          const key = items[i].key;
+          // A duplicate means an earlier attempt of this call committed (keys are unique). If every
+          // earlier attempt was answered 503 or refused, a 503 committed: a broken promise.
+          if (res.duplicate && had503 && !ambiguous) ledger.committedAfter503.push(key);
+          record(ledger, key, stream, 'committed', res.id);
+        });
+        if (batch) ledger.batchPublishes++;
+        else ledger.httpPublishes++;
+        return;
+      }
+    };
+    const sqlWriter = async (w: string, rr: Rng, db: Kysely<Database>): Promise<void> => {
+      const stream = rr.pick(streams);
+      const n = rr.int(1, 5);
+      const inputs: EventInput[] = Array.from({ length: n }, () => {
+        const key = newKey(w);
+        return {
+          stream,
+          type: rr.chance(0.5) ? 'sql' : null,
+          key,
+          data: JSON.stringify({ s: stream, k: key, w }),
+        };
+      });
+      const commit = rr.chance(0.7);
+      const holdMs = rr.int(0, 200);
+      for (const e of inputs) record(ledger, e.key!, stream, 'unknown');
+      let ids: string[] | undefined;
+      try {
+        await db.transaction().execute(async (trx) => {
+          const res = await appendEvents(trx, inputs);
+          ids = res.map((x) => x.id);
+          await sleep(holdMs);
+          if (!commit) throw new RolledBack();
+        });
+        for (const [i, e] of inputs.entries()) record(ledger, e.key!, stream, 'committed', ids![i]);
+        ledger.sqlCommits++;
+      } catch (err) {
+        if (err instanceof RolledBack) {
+          for (const e of inputs) record(ledger, e.key!, stream, 'rolledback');
+          ledger.sqlRollbacks++;
+        }
+        // else: the connection died somewhere, maybe at COMMIT: unknown, resolved from the table.
+        else {
+          ledger.sqlErrors++;
+          ledger.lastSqlError = (err as Error).message;
+        }
+      }
+    };
+
+    /** An unexpected answer (e.g. a 500) ends the run as a failure, after cleaning up. */
+    let fatal: string | undefined;
+    const guard = (p: Promise<void>) =>
+      p.catch((err: Error) => {
+        fatal ??= err.message;
+      });
+    const t0 = Date.now();
+    const until = t0 + opts.durationS * 1000;
+    const wr = (i: number) => rng(opts.seed * 1000 + i);
+    let wn = 0;
+    for (let i = 0; i < 6; i++) {
+      const rr = wr(wn++);
+      const name = `h${i}`;
+      writerTasks.push(
+        guard(
+          (async () => {
+            while (Date.now() < until && !fatal) {
+              await publishHttp(name, rr, i % 3 === 2);
+              await sleep(rr.int(0, 40));
+            }
+          })(),
+        ),
+      );
+    }
+    for (let i = 0; i < 4; i++) {
+      const rr = wr(wn++);
+      const db = sqlDb();
+      const name = `q${i}`;
+      writerTasks.push(
+        guard(
+          (async () => {
+            while (Date.now() < until) {
+              if (pgDown) {
+                await sleep(50);
+                continue;
+              }
+              await sqlWriter(name, rr, db);
+              await sleep(rr.int(0, 60));
+            }
+          })(),
+        ),
+      );
+    }
+    const readerTasks = readers.map((rd) => runReader(rd, rng(opts.seed * 7919 + rd.n)));
+
+    // ---- faults, until 3 s before the end (so the last outage has time to heal before draining)
+    const fr = rng(opts.seed ^ 0x5eed);
+    const faultUntil = until - 3000;
+    const faultLog: string[] = [];
+    const holdDb = sqlDb();
+    const restarts: Promise<void>[] = [];
+    const kinds = ['killService', 'restartPg', 'killListen', 'killPooled', 'holdTx'];
+    let deck: string[] = [];
+    const faults = (async () => {
+      await sleep(1000);
+      while (Date.now() < faultUntil) {
+        // Every kind once per round, in a seeded order: a short run still sees each of them.
+        if (deck.length === 0) deck = [...kinds].sort(() => fr.next() - 0.5);
+        const kind = deck.pop()!;
+        counts.faults++;
+        counts[kind]++;
+        faultLog.push(`${((Date.now() - t0) / 1000).toFixed(1)}s ${kind}`);
+        log(`fault: ${kind}`);
+        if (kind === 'killService') {
+          const svc = fr.pick(services.filter((s) => s.up));
+          if (svc) {
+            await svc.kill();
+            // Restarted in the background (start-up takes seconds): other faults go on meanwhile.
+            const delay = fr.int(0, 800);
+            restarts.push(sleep(delay).then(() => svc.start()));
+          }
+        } else if (kind === 'restartPg') {
+          await restartPg();
+          // The services heal on their own; wait until they say so before the next fault.
+          await Promise.all(services.map((s) => waitReady(s)));
+        } else if (kind === 'killListen' || kind === 'killPooled') {
+          const app = kind === 'killListen' ? 'commitfeed-listen' : 'commitfeed';
+          await admin((c) =>
+            c.query('select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1', [
+              app,
+            ]),
+          );
+        } else {
+          // A writing transaction held open for seconds: the horizon stalls, delivery pauses, and
+          // resumes when it ends (its commit may be the only thing that happens).
+          const stream = fr.pick(streams);
+          const key = newKey('hold');
+          record(ledger, key, stream, 'unknown');
+          const commit = fr.chance(0.5);
+          const holdMs = fr.int(500, 2500);
+          try {
+            let id = '';
+            await holdDb.transaction().execute(async (trx) => {
+              [{ id }] = await appendEvents(trx, [
+                { stream, type: 'held', key, data: JSON.stringify({ s: stream, k: key, w: 'hold' }) },
+              ]);
+              await sleep(holdMs);
+              if (!commit) throw new RolledBack();
+            });
+            record(ledger, key, stream, 'committed', id);
+          } catch (err) {
+            if (err instanceof RolledBack) record(ledger, key, stream, 'rolledback');
+          }
+        }
+        await sleep(fr.int(300, 1500));
+      }
+    })();
+
+    await faults;
+    await Promise.all(writerTasks);
+    await Promise.all(restarts);
+    // Heal: every replica up and ready before the truth is read.
+    for (const s of services) if (!s.up) await s.start();
+    await Promise.all(services.map((s) => waitReady(s)));
+    log('writers done; reading the truth from the table');
+
+    // ---- the truth: the table, cross-checked with what the writers know
+    const check = sqlDb();
+    const { rows } = await sql<{ cursor: string; stream: string; key: string | null }>`
+      select txid::text || '-' || id::text as cursor, stream, key from commitfeed.feed order by txid, id`.execute(
+      check,
+    );
+    const inTable = new Map<string, { cursor: string; stream: string }>();
+    for (const row of rows) if (row.key !== null) inTable.set(row.key, row);
+    const problems: string[] = [];
+    let unknownResolved = 0;
+    for (const [key, k] of ledger.keys) {
+      const row = inTable.get(key);
+      if (k.outcome === 'committed') {
+        if (!row) problems.push(`committed ${key} (${k.id}) is not in the table`);
+        else if (row.cursor !== k.id)
+          problems.push(`committed ${key}: writer got ${k.id}, table has ${row.cursor}`);
+      } else if (k.outcome === 'rolledback') {
+        if (row) problems.push(`rolled-back ${key} is in the table at ${row.cursor}`);
+      } else unknownResolved++;
+    }
+    if (rows.length !== inTable.size || [...inTable.keys()].some((k) => !ledger.keys.has(k))) {
+      problems.push('the table holds rows no writer wrote');
+    }
+    for (const m of ledger.idMismatch) problems.push(`id mismatch: ${m}`);
+    for (const k of ledger.committedAfter503) problems.push(`${k} was answered 503 but had committed`);
+
+    // Expected sequences per reader, from the table order.
+    const parsed = rows.map((row) => parseCursor(row.cursor)!);
+    const final = new Map<Reader, string[]>();
+    for (const rd of readers) {
+      const set = new Set(rd.streams);
+      const after = rd.startAfter ? parseCursor(rd.startAfter) : undefined;
+      const exp: string[] = [];
+      if (after) {
+        rows.forEach((row, i) => {
+          if (set.has(row.stream) && compareCursors(parsed[i], after) > 0) exp.push(row.cursor);
+        });
+      }
+      final.set(rd, exp);
+    }
+    expectedFinal = final;
+    draining = true;
+    log('draining readers');
+    const drainDeadline = Date.now() + 30_000;
+    while (Date.now() < drainDeadline && readerDone.size < readers.length) await sleep(100);
+    stopped = true;
+    await Promise.all(readerTasks);
+
+    // ---- verdict
+    const keyOf = new Map(rows.map((row) => [row.cursor, row.key ?? '']));
+    let delivered = 0;
+    let firstDivergence: string | undefined;
+    let failedReaders = 0;
+    for (const rd of readers) {
+      const exp = final.get(rd)!;
+      const got = rd.received.map((x) => x.id);
+      delivered += got.length;
+      const n = Math.max(exp.length, got.length);
+      for (let i = 0; i < n; i++) {
+        if (exp[i] === got[i]) continue;
+        failedReaders++;
+        if (!firstDivergence) {
+          const g = got[i];
+          const what =
+            g === undefined
+              ? 'nothing (missing events)'
+              : !keyOf.has(g)
+                ? `${g} (key ${rd.received[i].key}: NOT COMMITTED)`
+                : got.indexOf(g) < i
+                  ? `${g} (a DUPLICATE of index ${got.indexOf(g)})`
+                  : `${g} (out of order or a gap before it)`;
+          firstDivergence =
+            `reader ${rd.n} (${rd.mode}, streams ${rd.streams.join('+')}, after ${rd.startAfter}, ${rd.connects} connects) ` +
+            `at index ${i} of ${exp.length}: expected ${exp[i] ?? 'the end'} (key ${keyOf.get(exp[i]) ?? '-'}), got ${what}`;
+        }
+        break;
+      }
+    }
+    const committed = rows.length;
+    const rolledBack = [...ledger.keys.values()].filter((k) => k.outcome === 'rolledback').length;
+    Object.assign(counts, {
+      committed,
+      rolledBack,
+      unknownResolved,
+      got503: ledger.got503.size,
+      retries: ledger.retries,
+      readers: readers.length,
+      connects: readers.reduce((a, rd) => a + rd.connects, 0),
+      delivered,
+      failedReaders,
+      serviceStarts: services.reduce((a, s) => a + s.starts, 0),
+    });
+    if (fatal) problems.unshift(`fatal: ${fatal}`);
+    const ok = failedReaders === 0 && problems.length === 0;
+    log(
+      `writers: ${ledger.httpPublishes} single + ${ledger.batchPublishes} batch HTTP publishes, ${ledger.retries} retries; ` +
+        `SQL: ${ledger.sqlCommits} commits, ${ledger.sqlRollbacks} rollbacks, ${ledger.sqlErrors} lost (${ledger.lastSqlError ?? '-'})`,
+    );
+    const verdict =
+      `chaos ${ok ? 'PASS' : 'FAIL'} seed=${opts.seed} ${opts.durationS}s: ${committed} events committed ` +
+      `(${rolledBack} rolled back, ${unknownResolved} unknown resolved from the table, ${ledger.got503.size} got a 503, ` +
+      `${ledger.committedAfter503.length} of those had committed), ${readers.length} readers over ${streams.length} streams, ` +
+      `${counts.connects} connects, ${delivered} deliveries, faults=${counts.faults} ` +
+      `(kill -9 ${counts.killService}, pg restart ${counts.restartPg}, listen cut ${counts.killListen}, pool cut ${counts.killPooled}, held tx ${counts.holdTx}); ` +
+      `${failedReaders} readers diverged` +
+      (firstDivergence ? `; first divergence: ${firstDivergence}` : '') +
+      (problems.length
+        ? `; writer/table problems (${problems.length}): ${problems.slice(0, 3).join('; ')}`
+        : '');
+    if (!ok) log(`faults: ${faultLog.join(', ')}; service logs in ${work}`);
+    return { ok, verdict, counts };
+  } finally {
+    stopped = true;
+    killAll();
+    await Promise.all(services.map((s) => s.kill()));
+    await Promise.all(pools.map((p) => p.destroy().catch(() => {})));
+    await pgdb?.stop().catch(() => {});
+    process.removeListener('exit', killAll);
+  }
+}
+
+class RolledBack extends Error {}
+
+async function waitReady(s: Service): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (!s.up) return; // being restarted by someone else
+    try {
+      const res = await fetch(`${s.url}/readyz`);
+      await res.arrayBuffer();
+      if (res.status === 200) return;
+    } catch {
+      // restarting
+    }
+    await sleep(100);
+  }
+  throw new Error(`service on port ${s.port} did not become ready again within 30 s (log: ${s.logFile})`);
+}
+
+function arg(name: string, dflt: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  const result = await runChaos({
+    seed: arg('seed', 42),
+    durationS: arg('duration', 60),
+    readers: arg('readers', 60),
+    streams: arg('streams', 5),
+    replicas: arg('replicas', 2),
+    pgPort: arg('pg-port', 54360),
+    basePort: arg('port', 54370),
+    verbose: !process.argv.includes('--quiet'),
+  });
+  console.log(result.verdict);
+  process.exit(result.ok ? 0 : 1);
+}
