@@ -14,6 +14,7 @@ import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
 import { metricsRoutes } from './ops/metrics.ts';
 import { uiRoutes } from './ops/ui.ts';
+import { queueRoutes } from './queues/routes.ts';
 import { streamListRoutes } from './streams/list.ts';
 import { streamRoutes } from './streams/routes.ts';
 
@@ -53,5 +54,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   metricsRoutes(app, deps);
   streamRoutes(app, deps);
   streamListRoutes(app, deps);
+  queueRoutes(app, deps);
   return app;
 }

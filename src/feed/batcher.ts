@@ -1,8 +1,10 @@
 /**
- * Group commit for publishes. Every notifying commit takes a cluster-wide lock through its WAL flush,
- * so one transaction per request caps the whole database; instead, requests that arrive while a
- * write is in flight wait together and go out as the next single statement (one insert, one notify,
- * one commit). When idle, a request is written at once: no timer adds latency.
+ * Group commit, for publishes (the default write, appendEvents) and for any other write that gains
+ * from grouping (queue enqueues and acks pass their own `write`). Every notifying commit takes a
+ * cluster-wide lock through its WAL flush, so one transaction per request caps the whole database;
+ * instead, requests that arrive while a write is in flight wait together and go out as the next
+ * single statement (one insert, one notify, one commit). When idle, a request is written at once: no
+ * timer adds latency.
  *
  * Lifecycle: created with the pool, `close()` waits for queued and in-flight writes. Failure: if a
  * grouped write fails because the database is unavailable, every request in it fails (HTTP 503);
@@ -14,36 +16,45 @@ import type { Db } from '../db/database.ts';
 import { isUnavailable } from '../db/database.ts';
 import { type AppendResult, type EventInput, appendEvents } from './queries.ts';
 
-interface Pending {
-  events: readonly EventInput[];
-  resolve(results: AppendResult[]): void;
+interface Pending<I, R> {
+  events: readonly I[];
+  resolve(results: R[]): void;
   reject(err: unknown): void;
 }
 
-export interface BatcherOptions {
-  /** Most events in one statement (a request is never split). */
+/** One grouped write: a single statement or transaction, returning one result per item, in order. */
+export type GroupWrite<I, R> = (db: Db, items: readonly I[]) => Promise<R[]>;
+
+export interface BatcherOptions<I = EventInput, R = AppendResult> {
+  /** Most items (events) in one statement (a request is never split). */
   maxEvents: number;
   /** Writes in flight at once: while one commits, the next can already insert. */
   maxInflight?: number;
   /** Called after every successful commit (pokes the local tailer without waiting for NOTIFY). */
   onCommit?: () => void;
+  /** The grouped write; default appendEvents (publishes). */
+  write?: GroupWrite<I, R>;
 }
 
-export class Batcher {
-  private queue: Pending[] = [];
+export class Batcher<I = EventInput, R = AppendResult> {
+  private queue: Pending<I, R>[] = [];
   private queuedEvents = 0;
   private inflight = 0;
   private idleWaiters: (() => void)[] = [];
   private closed = false;
   readonly stats = { statements: 0, events: 0, requests: 0 };
 
+  private readonly writeGroup: GroupWrite<I, R>;
+
   constructor(
     private readonly db: Db,
-    private readonly opts: BatcherOptions,
-  ) {}
+    private readonly opts: BatcherOptions<I, R>,
+  ) {
+    this.writeGroup = opts.write ?? (appendEvents as unknown as GroupWrite<I, R>);
+  }
 
-  /** Appends one request's events (all-or-nothing), grouped with concurrent requests. */
-  publish(events: readonly EventInput[]): Promise<AppendResult[]> {
+  /** Writes one request's items (all-or-nothing), grouped with concurrent requests. */
+  publish(events: readonly I[]): Promise<R[]> {
     if (this.closed) return Promise.reject(new Error('commitfeed is shutting down'));
     return new Promise((resolve, reject) => {
       this.queue.push({ events, resolve, reject });
@@ -54,7 +65,7 @@ export class Batcher {
 
   private flush(): void {
     while (this.queue.length > 0 && this.inflight < (this.opts.maxInflight ?? 2)) {
-      const group: Pending[] = [];
+      const group: Pending<I, R>[] = [];
       let n = 0;
       while (
         this.queue.length > 0 &&
@@ -74,10 +85,10 @@ export class Batcher {
     }
   }
 
-  private async write(group: Pending[]): Promise<void> {
+  private async write(group: Pending<I, R>[]): Promise<void> {
     const events = group.length === 1 ? group[0].events : group.flatMap((p) => p.events);
     try {
-      const results = await appendEvents(this.db, events);
+      const results = await this.writeGroup(this.db, events);
       this.stats.statements++;
       this.stats.events += events.length;
       this.stats.requests += group.length;

@@ -1,0 +1,175 @@
+/**
+ * The queues service: what the routes call (no SQL in routes). It owns two group-commit batchers —
+ * enqueues (job rows + one feed wake-up row per queue, one notifying transaction per group) and acks
+ * (one non-notifying delete per group) — and the long-poll claim loop.
+ *
+ * A claim with `wait` tries once; if nothing is claimable it sleeps in-process (Wakeups: no database
+ * connection held) until the feed shows activity on the queue, until the next delayed job or lease it
+ * knows of comes due, or until the wait ends, then tries again with FOR UPDATE SKIP LOCKED.
+ *
+ * Lifecycle: created by the routes plugin with the app; `close()` (the app's preClose) releases
+ * waiting claims (they answer `{"jobs":[]}`) and waits for queued enqueues and acks to be written.
+ * Failure: a database error fails the requests it touches (503 when the database is unavailable); a
+ * waiting claim holds nothing that could leak, and a failed retry/redrive/resume notify costs latency
+ * only (claimers re-read the table on their next try).
+ */
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/database.ts';
+import { type Cursor, compareCursors } from '../feed/cursor.ts';
+import { Batcher } from '../feed/batcher.ts';
+import type { Feed } from '../feed/feed.ts';
+import {
+  type ClaimedJob,
+  type DeadJob,
+  type EnqueueResult,
+  type ExtendResult,
+  type JobInput,
+  type LeaseRef,
+  type NackResult,
+  type QueueStats,
+  type SettleResult,
+  ackJobs,
+  claimJobs,
+  enqueueJobs,
+  extendLease,
+  listDead,
+  nackJob,
+  nextDue,
+  queueStats,
+  queueStream,
+  retryDead,
+  setPaused,
+} from './queries.ts';
+import { Wakeups } from './wakeups.ts';
+
+export interface QueuesOptions {
+  db: Kysely<Database>;
+  feed: Feed;
+  /** Most jobs in one enqueue transaction (a request is never split). */
+  batchMaxJobs: number;
+}
+
+export interface ClaimOptions {
+  max: number;
+  leaseSeconds: number;
+  waitSeconds: number;
+}
+
+/** Shortest re-try when jobs are due but held by a concurrent claim; doubles up to the max. */
+const RETRY_MIN_MS = 5;
+const RETRY_MAX_MS = 1000;
+
+export class Queues {
+  readonly enqueuer: Batcher<JobInput, EnqueueResult>;
+  readonly acker: Batcher<LeaseRef, SettleResult>;
+  readonly wakeups: Wakeups;
+  private readonly db: Kysely<Database>;
+  private readonly feed: Feed;
+
+  constructor(opts: QueuesOptions) {
+    this.db = opts.db;
+    this.feed = opts.feed;
+    this.wakeups = new Wakeups(opts.feed.hub);
+    this.enqueuer = new Batcher(opts.db, {
+      maxEvents: opts.batchMaxJobs,
+      write: enqueueJobs,
+      // Our own commit: read the feed now rather than waiting for the NOTIFY to come back.
+      onCommit: () => this.feed.tailer.wake(),
+    });
+    this.acker = new Batcher(opts.db, { maxEvents: 5000, write: ackJobs });
+  }
+
+  /** Enqueues one request's jobs (all-or-nothing), grouped with concurrent enqueues. */
+  enqueue(jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
+    return this.enqueuer.publish(jobs);
+  }
+
+  /** Claims jobs, waiting up to `waitSeconds` for some to become available. */
+  async claim(queue: string, opts: ClaimOptions, signal: AbortSignal): Promise<ClaimedJob[]> {
+    const deadline = Date.now() + opts.waitSeconds * 1000;
+    const streams = [queueStream(queue)];
+    const streamSet = new Set(streams);
+    let retryMs = RETRY_MIN_MS;
+    for (;;) {
+      const before = this.feed.tailer.position;
+      const { jobs, reaped } = await claimJobs(this.db, queue, opts.max, opts.leaseSeconds);
+      if (jobs.length > 0) {
+        // Waiting claimers learn when these leases could run out (a crashed worker).
+        this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
+        return jobs;
+      }
+      // Released expired leases are claimable by the next statement.
+      if (reaped > 0) continue;
+      if (Date.now() >= deadline || signal.aborted || this.wakeups.closed) return [];
+      const due = await nextDue(this.db, queue);
+      // An enqueue that committed after `before` may have been missed by the claim's snapshot and
+      // already passed the hub: look for its feed row before sleeping.
+      if (await this.feedMovedSince(streams, streamSet, before)) continue;
+      // From here to the waiter's registration nothing awaits, so no wake-up can slip between.
+      const now = Date.now();
+      let until = deadline;
+      if (due !== null) {
+        if (due <= now + retryMs) {
+          until = Math.min(until, now + retryMs);
+          retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
+        } else {
+          until = Math.min(until, due);
+          retryMs = RETRY_MIN_MS;
+        }
+      }
+      await this.wakeups.wait(queue, until, signal);
+      if (signal.aborted || this.wakeups.closed) return [];
+    }
+  }
+
+  /** True when the tailer has read a feed row of `streams` after `since`. */
+  private async feedMovedSince(streams: string[], streamSet: Set<string>, since: Cursor): Promise<boolean> {
+    let pos = since;
+    for (;;) {
+      const page = await this.feed.tailer.read(streams, streamSet, pos, 1);
+      if (page.events.length > 0) return true;
+      pos = page.position;
+      if (compareCursors(this.feed.tailer.position, pos) <= 0) return false;
+    }
+  }
+
+  /** Acks jobs (each item independently), grouped with concurrent acks into one statement. */
+  ack(items: readonly LeaseRef[]): Promise<SettleResult[]> {
+    return this.acker.publish(items);
+  }
+
+  async nack(ref: LeaseRef, error: string | null, delaySeconds: number | null): Promise<NackResult> {
+    const res = await nackJob(this.db, ref, error, delaySeconds);
+    if (res.ok) this.feed.tailer.wake();
+    return res;
+  }
+
+  extend(ref: LeaseRef, seconds: number): Promise<ExtendResult> {
+    return extendLease(this.db, ref, seconds);
+  }
+
+  async stats(queue: string | null): Promise<QueueStats[]> {
+    return queueStats(this.db, queue);
+  }
+
+  listDead(queue: string, after: string | null, limit: number): Promise<DeadJob[]> {
+    return listDead(this.db, queue, after, limit);
+  }
+
+  async retryDead(queue: string, id: string | null): Promise<string[]> {
+    const ids = await retryDead(this.db, queue, id);
+    if (ids.length > 0) this.feed.tailer.wake();
+    return ids;
+  }
+
+  async setPaused(queue: string, paused: boolean): Promise<void> {
+    await setPaused(this.db, queue, paused);
+    if (!paused) this.feed.tailer.wake();
+  }
+
+  /** Releases waiting claims and finishes queued enqueues and acks. */
+  async close(): Promise<void> {
+    this.wakeups.close();
+    await Promise.all([this.enqueuer.close(), this.acker.close()]);
+  }
+}

@@ -1,0 +1,255 @@
+/**
+ * Queue routes: enqueue, claim (with long-poll), ack/nack/extend with fenced leases, batch ack, stats,
+ * dead letters and redrive, pause/resume. No SQL here: everything goes through the Queues service.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { Config } from '../config.ts';
+import type { Database } from '../db/database.ts';
+import { ApiError } from '../errors.ts';
+import type { Feed } from '../feed/feed.ts';
+import type { ClaimedJob, LeaseRef, SettleResult } from './queries.ts';
+import { Queues } from './queues.ts';
+import {
+  JOB_ID_PATTERN,
+  ackBody,
+  batchAckBody,
+  claimBody,
+  deadQuery,
+  enqueueBody,
+  enqueueResponse,
+  extendBody,
+  jobParams,
+  listResponse,
+  nackBody,
+  queueParams,
+  statsResponse,
+} from './schemas.ts';
+import { type JobBody, toJobInput } from './validate.ts';
+
+type QueueReq = { Params: { queue: string } };
+type JobReq<B> = { Params: { queue: string; id: string }; Body: B };
+
+const JOB_ID_RE = new RegExp(JOB_ID_PATTERN);
+
+function jobRef(params: { queue: string; id: string }, lease: string): LeaseRef {
+  if (!JOB_ID_RE.test(params.id)) {
+    throw new ApiError(
+      400,
+      'invalid_id',
+      `job id must be a decimal number (got ${JSON.stringify(params.id.slice(0, 40))})`,
+    );
+  }
+  return { queue: params.queue, id: params.id, lease };
+}
+
+function check<T extends SettleResult | { ok: boolean }>(res: T): Extract<T, { ok: true }> {
+  if (!res.ok) {
+    const f = res as Extract<SettleResult, { ok: false }>;
+    throw new ApiError(f.status, f.code, f.message);
+  }
+  return res as Extract<T, { ok: true }>;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** JSON for one claimed job, with `payload` passed through as stored (no parse, no re-serialise). */
+function claimedJson(j: ClaimedJob): string {
+  return `{"id":"${j.id}","payload":${j.payload},"attempt":${j.attempt},"maxAttempts":${j.maxAttempts},"lease":"${j.lease}","leaseExpiresAt":"${iso(j.leaseExpiresAt)}"}`;
+}
+
+/** Lets bodiless POSTs (`curl -X POST`) through a body schema whose fields all have defaults. */
+async function emptyBodyIsObject(request: FastifyRequest): Promise<void> {
+  if (request.body === undefined || request.body === null) request.body = {};
+}
+
+export function queueRoutes(
+  app: FastifyInstance,
+  deps: { db: Kysely<Database>; feed: Feed; config: Config },
+): Queues {
+  const { config } = deps;
+  const queues = new Queues({ db: deps.db, feed: deps.feed, batchMaxJobs: config.batchMaxEvents });
+  // Before the feed stops: waiting claims answer, queued enqueues and acks are written.
+  app.addHook('preClose', () => queues.close());
+
+  app.post<{ Params: { queue: string }; Body: JobBody | JobBody[] }>(
+    '/v1/queues/:queue/jobs',
+    {
+      schema: {
+        summary: 'Enqueue one job or a batch',
+        params: queueParams,
+        body: enqueueBody,
+        response: enqueueResponse,
+      },
+    },
+    async (request, reply) => {
+      const { queue } = request.params;
+      const body = request.body;
+      if (Array.isArray(body)) {
+        const inputs = body.map((j, i) => toJobInput(queue, j, config.maxEventBytes, `jobs[${i}]`));
+        const results = await queues.enqueue(inputs);
+        return reply.code(201).send({ jobs: results.map((r) => ({ id: r.id, duplicate: r.duplicate })) });
+      }
+      const [r] = await queues.enqueue([toJobInput(queue, body, config.maxEventBytes)]);
+      return reply.code(r.duplicate ? 200 : 201).send({ id: r.id, duplicate: r.duplicate });
+    },
+  );
+
+  app.post<{ Params: { queue: string }; Body: { max: number; lease: number; wait: number } }>(
+    '/v1/queues/:queue/claim',
+    {
+      schema: {
+        summary: 'Claim jobs, long-polling up to `wait` seconds',
+        params: queueParams,
+        body: claimBody,
+      },
+      preValidation: emptyBodyIsObject,
+    },
+    async (request, reply) => {
+      const abort = new AbortController();
+      reply.raw.on('close', () => abort.abort());
+      const { max, lease, wait } = request.body;
+      const jobs = await queues.claim(
+        request.params.queue,
+        { max, leaseSeconds: lease, waitSeconds: wait },
+        abort.signal,
+      );
+      reply.type('application/json');
+      return `{"jobs":[${jobs.map(claimedJson).join(',')}]}`;
+    },
+  );
+
+  app.post<JobReq<{ lease: string }>>(
+    '/v1/queues/:queue/jobs/:id/ack',
+    { schema: { summary: 'Complete a job held by this lease', params: jobParams, body: ackBody } },
+    async (request, reply) => {
+      const [res] = await queues.ack([jobRef(request.params, request.body.lease)]);
+      check(res);
+      return reply.code(204).send();
+    },
+  );
+
+  app.post<JobReq<{ lease: string; error?: string; delay?: number }>>(
+    '/v1/queues/:queue/jobs/:id/nack',
+    {
+      schema: {
+        summary: 'Fail a job: retry after a backoff, or dead-letter',
+        params: jobParams,
+        body: nackBody,
+      },
+    },
+    async (request) => {
+      const { lease, error, delay } = request.body;
+      const res = check(await queues.nack(jobRef(request.params, lease), error ?? null, delay ?? null));
+      return { id: request.params.id, state: res.state, attempt: res.attempt, runAt: iso(res.runAt) };
+    },
+  );
+
+  app.post<JobReq<{ lease: string; seconds: number }>>(
+    '/v1/queues/:queue/jobs/:id/extend',
+    { schema: { summary: 'Extend a lease to `seconds` from now', params: jobParams, body: extendBody } },
+    async (request) => {
+      const { lease, seconds } = request.body;
+      const res = check(await queues.extend(jobRef(request.params, lease), seconds));
+      return { id: request.params.id, leaseExpiresAt: iso(res.leaseExpiresAt) };
+    },
+  );
+
+  app.post<{ Params: { queue: string }; Body: { id: string; lease: string }[] }>(
+    '/v1/queues/:queue/ack',
+    { schema: { summary: 'Ack many jobs; one result per item', params: queueParams, body: batchAckBody } },
+    async (request) => {
+      const { queue } = request.params;
+      const items = request.body.map((i) => ({ queue, id: i.id, lease: i.lease }));
+      const results = await queues.ack(items);
+      return {
+        results: results.map((r, n) =>
+          r.ok
+            ? { id: items[n].id, ok: true }
+            : { id: items[n].id, ok: false, status: r.status, code: r.code, message: r.message },
+        ),
+      };
+    },
+  );
+
+  app.get(
+    '/v1/queues',
+    { schema: { summary: 'Every queue with its counts', response: listResponse } },
+    async () => ({ queues: await queues.stats(null) }),
+  );
+
+  app.get<QueueReq>(
+    '/v1/queues/:queue',
+    {
+      schema: {
+        summary: 'Counts by state, oldest ready age, paused',
+        params: queueParams,
+        response: statsResponse,
+      },
+    },
+    async (request) => {
+      const [stats] = await queues.stats(request.params.queue);
+      if (!stats) {
+        throw new ApiError(
+          404,
+          'queue_not_found',
+          `no queue ${request.params.queue}: nothing was ever enqueued to it`,
+        );
+      }
+      return stats;
+    },
+  );
+
+  app.get<{ Params: { queue: string }; Querystring: { limit: number; after?: string } }>(
+    '/v1/queues/:queue/dead',
+    { schema: { summary: 'Dead-lettered jobs, oldest first', params: queueParams, querystring: deadQuery } },
+    async (request, reply: FastifyReply) => {
+      const { limit, after } = request.query;
+      const jobs = await queues.listDead(request.params.queue, after ?? null, limit);
+      const next = jobs.length > 0 ? jobs[jobs.length - 1].id : (after ?? null);
+      const items = jobs.map(
+        (j) =>
+          `{"id":"${j.id}","payload":${j.payload},"attempt":${j.attempt},"maxAttempts":${j.maxAttempts},"lastError":${JSON.stringify(j.lastError)},"createdAt":"${iso(j.createdAt)}","deadAt":"${iso(j.deadAt)}"}`,
+      );
+      reply.type('application/json');
+      return `{"jobs":[${items.join(',')}],"next":${JSON.stringify(next)}}`;
+    },
+  );
+
+  app.post<{ Params: { queue: string; id: string } }>(
+    '/v1/queues/:queue/dead/:id/retry',
+    { schema: { summary: 'Redrive one dead job', params: jobParams } },
+    async (request) => {
+      const ref = jobRef(request.params, '');
+      const ids = await queues.retryDead(ref.queue, ref.id);
+      if (ids.length === 0) {
+        throw new ApiError(404, 'job_not_found', `no dead job ${ref.id} in queue ${ref.queue}`);
+      }
+      return { id: ref.id, retried: 1 };
+    },
+  );
+
+  app.post<QueueReq>(
+    '/v1/queues/:queue/dead/retry',
+    { schema: { summary: 'Redrive every dead job of the queue', params: queueParams } },
+    async (request) => ({ retried: (await queues.retryDead(request.params.queue, null)).length }),
+  );
+
+  for (const action of ['pause', 'resume'] as const) {
+    app.post<QueueReq>(
+      `/v1/queues/:queue/${action}`,
+      {
+        schema: {
+          summary:
+            action === 'pause' ? 'Stop handing out jobs (enqueues still accepted)' : 'Hand out jobs again',
+          params: queueParams,
+        },
+      },
+      async (request) => {
+        await queues.setPaused(request.params.queue, action === 'pause');
+        return { queue: request.params.queue, paused: action === 'pause' };
+      },
+    );
+  }
+  return queues;
+}

@@ -1,0 +1,178 @@
+/** Queue route schemas: request validation and response serialisation from one source. */
+import { NAME_PATTERN } from '../feed/validate.ts';
+import { MAX_BATCH, errorSchema } from '../streams/schemas.ts';
+import { MAX_ATTEMPTS_LIMIT, MAX_SECONDS, PRIORITY_LIMIT } from './validate.ts';
+
+export const JOB_ID_PATTERN = '^[0-9]{1,18}$';
+export const MAX_CLAIM = 100;
+export const MAX_WAIT_SECONDS = 30;
+export const DEFAULT_LEASE_SECONDS = 30;
+export const MAX_ERROR_CHARS = 10000;
+
+export const queueParams = {
+  type: 'object',
+  required: ['queue'],
+  properties: { queue: { type: 'string', pattern: NAME_PATTERN } },
+} as const;
+
+// The id is checked by the handler (400 invalid_id): a failed params schema reads as a bad name.
+export const jobParams = {
+  type: 'object',
+  required: ['queue', 'id'],
+  properties: { queue: { type: 'string', pattern: NAME_PATTERN }, id: { type: 'string' } },
+} as const;
+
+const seconds = (description: string) =>
+  ({ type: 'number', minimum: 0, maximum: MAX_SECONDS, description }) as const;
+
+export const jobInput = {
+  type: 'object',
+  required: ['payload'],
+  additionalProperties: false,
+  properties: {
+    payload: { description: 'any JSON value, handed to the worker as is' },
+    delay: seconds('seconds before the job may run'),
+    runAt: { type: 'string', minLength: 1, maxLength: 64, description: 'ISO 8601 time the job may run from' },
+    priority: {
+      type: 'integer',
+      minimum: -PRIORITY_LIMIT,
+      maximum: PRIORITY_LIMIT,
+      description: 'lower runs first (default 0)',
+    },
+    key: { type: 'string', minLength: 1, maxLength: 200, description: 'dedup key among jobs not completed' },
+    maxAttempts: { type: 'integer', minimum: 1, maximum: MAX_ATTEMPTS_LIMIT, description: 'default 5' },
+    backoff: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        type: { type: 'string', enum: ['exponential', 'fixed'] },
+        delay: seconds('first (fixed: every) retry delay, default 1'),
+        max: seconds('longest retry delay, default 3600'),
+        jitter: { type: 'boolean', description: 'randomise each delay to 50-100% (default true)' },
+      },
+    },
+  },
+} as const;
+
+export const enqueueBody = {
+  oneOf: [jobInput, { type: 'array', minItems: 1, maxItems: MAX_BATCH, items: jobInput }],
+} as const;
+
+const enqueued = {
+  type: 'object',
+  properties: { id: { type: 'string' }, duplicate: { type: 'boolean' } },
+} as const;
+
+export const enqueueResponse = {
+  200: enqueued,
+  201: {
+    type: 'object',
+    properties: { ...enqueued.properties, jobs: { type: 'array', items: enqueued } },
+  },
+  400: errorSchema,
+  413: errorSchema,
+  415: errorSchema,
+  503: errorSchema,
+} as const;
+
+export const claimBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    max: { type: 'integer', minimum: 1, maximum: MAX_CLAIM, default: 1 },
+    lease: {
+      type: 'number',
+      exclusiveMinimum: 0,
+      maximum: MAX_SECONDS,
+      default: DEFAULT_LEASE_SECONDS,
+      description: 'seconds the claim holds each job',
+    },
+    wait: {
+      type: 'number',
+      minimum: 0,
+      maximum: MAX_WAIT_SECONDS,
+      default: 0,
+      description: 'long-poll seconds when nothing is claimable',
+    },
+  },
+} as const;
+
+const lease = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 100,
+  description: 'the token the claim returned',
+} as const;
+
+export const ackBody = {
+  type: 'object',
+  required: ['lease'],
+  additionalProperties: false,
+  properties: { lease },
+} as const;
+
+export const nackBody = {
+  type: 'object',
+  required: ['lease'],
+  additionalProperties: false,
+  properties: {
+    lease,
+    error: { type: 'string', maxLength: MAX_ERROR_CHARS, description: 'kept as the last error' },
+    delay: seconds('retry after this many seconds instead of the backoff'),
+  },
+} as const;
+
+export const extendBody = {
+  type: 'object',
+  required: ['lease', 'seconds'],
+  additionalProperties: false,
+  properties: {
+    lease,
+    seconds: {
+      type: 'number',
+      exclusiveMinimum: 0,
+      maximum: MAX_SECONDS,
+      description: 'new lease, from now',
+    },
+  },
+} as const;
+
+export const batchAckBody = {
+  type: 'array',
+  minItems: 1,
+  maxItems: MAX_BATCH,
+  items: {
+    type: 'object',
+    required: ['id', 'lease'],
+    additionalProperties: false,
+    properties: { id: { type: 'string', pattern: JOB_ID_PATTERN }, lease },
+  },
+} as const;
+
+export const deadQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    limit: { type: 'integer', minimum: 1, maximum: 1000, default: 100 },
+    after: { type: 'string', pattern: JOB_ID_PATTERN, description: 'list dead jobs after this id' },
+  },
+} as const;
+
+const statsSchema = {
+  type: 'object',
+  properties: {
+    name: { type: 'string' },
+    paused: { type: 'boolean' },
+    ready: { type: 'integer' },
+    delayed: { type: 'integer' },
+    leased: { type: 'integer' },
+    dead: { type: 'integer' },
+    completed: { type: 'integer' },
+    oldestReadyAgeSeconds: { type: 'number' },
+  },
+} as const;
+
+export const statsResponse = { 200: statsSchema, 404: errorSchema } as const;
+export const listResponse = {
+  200: { type: 'object', properties: { queues: { type: 'array', items: statsSchema } } },
+} as const;

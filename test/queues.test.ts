@@ -1,0 +1,653 @@
+// Work queues over HTTP against a real PostgreSQL: enqueue → claim → ack, long-poll woken at commit,
+// delayed jobs, concurrent claimers, fenced leases, retries, dead letters, dedup, pause, stats.
+import { sql } from 'kysely';
+import t from 'tap';
+import { enqueueJobs } from '../src/queues/queries.ts';
+import { toJobInput } from '../src/queues/validate.ts';
+import { feedRows, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+
+interface Claimed {
+  id: string;
+  payload: unknown;
+  attempt: number;
+  maxAttempts: number;
+  lease: string;
+  leaseExpiresAt: string;
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: response bodies are checked field by field
+type Body = any;
+
+async function api(base: string, method: string, path: string, body?: unknown) {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: (text === '' ? undefined : JSON.parse(text)) as Body };
+}
+
+const enqueue = (base: string, queue: string, body: unknown) =>
+  api(base, 'POST', `/v1/queues/${queue}/jobs`, body);
+const claim = async (base: string, queue: string, body: object = {}) => {
+  const res = await api(base, 'POST', `/v1/queues/${queue}/claim`, body);
+  if (res.status !== 200) throw new Error(`claim: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body.jobs as Claimed[];
+};
+const ack = (base: string, queue: string, id: string, lease: string) =>
+  api(base, 'POST', `/v1/queues/${queue}/jobs/${id}/ack`, { lease });
+const nack = (base: string, queue: string, id: string, body: object) =>
+  api(base, 'POST', `/v1/queues/${queue}/jobs/${id}/nack`, body);
+const stats = async (base: string, queue: string) => (await api(base, 'GET', `/v1/queues/${queue}`)).body;
+
+async function jobRows(db: ReturnType<typeof sqlClient>) {
+  const { rows } = await sql<{ id: string; state: string; attempt: number }>`
+    select id::text as id, state, attempt from commitfeed.jobs order by id`.execute(db);
+  return rows;
+}
+
+/** Resolves with the promise's value and when it settled, so a test can say "not before X". */
+function timed<T>(p: Promise<T>): Promise<{ value: T; at: number }> & { settled: () => boolean } {
+  let done = false;
+  const q = p.then((value) => {
+    done = true;
+    return { value, at: Date.now() };
+  }) as Promise<{ value: T; at: number }> & { settled: () => boolean };
+  q.settled = () => done;
+  return q;
+}
+
+/** Waits until `cond()` holds (checked every 20 ms), failing after `ms`. */
+async function until(cond: () => boolean | Promise<boolean>, ms = 10000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+t.test('enqueue → claim → ack', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl);
+  const db = sqlClient(t, dbUrl);
+  const e = await enqueue(server.url, 'emails', { payload: { to: 'a@example.com', n: [1, 2] } });
+  t.equal(e.status, 201);
+  t.match(e.body, { id: /^\d+$/, duplicate: false });
+
+  const [job, ...rest] = await claim(server.url, 'emails', { lease: 10 });
+  t.same(rest, []);
+  t.equal(job.id, e.body.id);
+  t.same(job.payload, { to: 'a@example.com', n: [1, 2] }, 'payload as enqueued');
+  t.equal(job.attempt, 1);
+  t.equal(job.maxAttempts, 5);
+  t.match(job.lease, /^[0-9a-f-]{36}$/);
+  const expires = Date.parse(job.leaseExpiresAt) - Date.now();
+  t.ok(expires > 8000 && expires <= 10500, `lease expires in about 10 s (${expires} ms)`);
+  t.same(await claim(server.url, 'emails'), [], 'a leased job is not handed out twice');
+
+  const a = await ack(server.url, 'emails', job.id, job.lease);
+  t.equal(a.status, 204);
+  t.same(await jobRows(db), [], 'an acked job leaves the table');
+  t.match(await stats(server.url, 'emails'), { ready: 0, leased: 0, completed: 1 });
+  const again = await ack(server.url, 'emails', job.id, job.lease);
+  t.equal(again.status, 404);
+  t.equal(again.body.code, 'job_not_found');
+
+  // Batch enqueue: ids in order; batch ack: one result per item.
+  const b = await enqueue(server.url, 'emails', [{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
+  t.equal(b.status, 201);
+  const ids = b.body.jobs.map((j: { id: string }) => j.id);
+  t.equal(ids.length, 3);
+  const jobs = await claim(server.url, 'emails', { max: 10 });
+  t.same(
+    jobs.map((j) => j.id),
+    ids,
+    'claimed in enqueue order',
+  );
+  t.same(
+    jobs.map((j) => j.payload),
+    [1, 2, 3],
+  );
+  const settled = await api(server.url, 'POST', '/v1/queues/emails/ack', [
+    { id: jobs[0].id, lease: jobs[0].lease },
+    { id: jobs[1].id, lease: jobs[0].lease },
+    { id: '999999', lease: jobs[2].lease },
+    { id: jobs[2].id, lease: jobs[2].lease },
+  ]);
+  t.equal(settled.status, 200);
+  t.match(settled.body.results, [
+    { id: jobs[0].id, ok: true },
+    { id: jobs[1].id, ok: false, status: 409, code: 'lease_mismatch' },
+    { id: '999999', ok: false, status: 404, code: 'job_not_found' },
+    { id: jobs[2].id, ok: true },
+  ]);
+  t.same(
+    (await jobRows(db)).map((r) => [r.id, r.state]),
+    [[jobs[1].id, 'leased']],
+    'the failed item changed nothing',
+  );
+  t.match(await stats(server.url, 'emails'), { completed: 3, leased: 1 });
+});
+
+t.test('a waiting claim is woken at the enqueue commit, and not by a rolled-back enqueue', async (t) => {
+  const dbUrl = await testDatabase(t);
+  // A fallback poll of a minute: only the NOTIFY at commit can wake the claim in time.
+  const server = await startTestServer(t, dbUrl, { pollIntervalMs: 60000 });
+  const db = sqlClient(t, dbUrl);
+  const job = (payload: unknown) => toJobInput('work', { payload }, 1 << 20);
+
+  // Rolled back: nothing is created, nobody wakes, the claim runs out its wait empty.
+  const start = Date.now();
+  const waitingEmpty = timed(claim(server.url, 'work', { wait: 1.5 }));
+  await sleep(100);
+  await db
+    .transaction()
+    .execute(async (trx) => {
+      await enqueueJobs(trx, [job('ghost')]);
+      throw new Error('roll back');
+    })
+    .catch(() => {});
+  const empty = await waitingEmpty;
+  t.same(empty.value, [], 'a rolled-back enqueue hands out nothing');
+  t.ok(empty.at - start >= 1400, `the claim waited out its time (${empty.at - start} ms)`);
+  t.same(await jobRows(db), [], 'no job row');
+  t.same(await feedRows(db), [], 'no feed row');
+
+  // Committed: the claim returns at the commit, not before.
+  const waiting = timed(claim(server.url, 'work', { wait: 20 }));
+  await sleep(100);
+  let committedAt = 0;
+  await db.transaction().execute(async (trx) => {
+    await enqueueJobs(trx, [job('hello')]);
+    await sleep(400);
+    t.notOk(waiting.settled(), 'not handed out before the commit');
+  });
+  committedAt = Date.now();
+  const got = await waiting;
+  t.same(
+    got.value.map((j) => j.payload),
+    ['hello'],
+  );
+  t.ok(got.at - committedAt < 2000, `woken at the commit (${got.at - committedAt} ms after)`);
+  const rows = await feedRows(db);
+  t.same(
+    rows.map((r) => [r.stream, r.data]),
+    [['queue/work', { jobs: 1 }]],
+    'one small wake-up row in the feed',
+  );
+});
+
+t.test('delayed jobs are not handed out early, and wake a waiting claim when due', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t), { pollIntervalMs: 60000 });
+  const waiting = timed(claim(server.url, 'later', { wait: 10 }));
+  await sleep(100);
+  const enqueuedAt = Date.now();
+  const e = await enqueue(server.url, 'later', { payload: 'soon', delay: 1 });
+  t.equal(e.status, 201);
+  t.same(await claim(server.url, 'later'), [], 'not claimable before its delay');
+  t.match(await stats(server.url, 'later'), { ready: 0, delayed: 1 });
+  const got = await waiting;
+  t.same(
+    got.value.map((j) => j.id),
+    [e.body.id],
+  );
+  const after = got.at - enqueuedAt;
+  t.ok(after >= 950 && after < 2000, `handed out when due (${after} ms after enqueue)`);
+
+  // runAt in the past runs at once; runAt in the future waits.
+  const past = await enqueue(server.url, 'later', {
+    payload: 'past',
+    runAt: new Date(Date.now() - 60000).toISOString(),
+  });
+  t.same(
+    (await claim(server.url, 'later')).map((j) => j.id),
+    [past.body.id],
+  );
+  await enqueue(server.url, 'later', {
+    payload: 'future',
+    runAt: new Date(Date.now() + 3600000).toISOString(),
+  });
+  t.same(await claim(server.url, 'later'), []);
+});
+
+t.test('priority order, then age', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  const e = await enqueue(server.url, 'p', [
+    { payload: 'a', priority: 5 },
+    { payload: 'b', priority: -1 },
+    { payload: 'c' },
+    { payload: 'd', priority: -1 },
+    { payload: 'e', priority: 3 },
+  ]);
+  t.equal(e.status, 201);
+  const jobs = await claim(server.url, 'p', { max: 10 });
+  t.same(
+    jobs.map((j) => j.payload),
+    ['b', 'd', 'c', 'e', 'a'],
+  );
+});
+
+t.test('16 concurrent claimers: 5,000 jobs, each handed out once and acked exactly once', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl);
+  const db = sqlClient(t, dbUrl);
+  const N = 5000;
+  const enqueued: string[] = [];
+  const enqueuing = (async () => {
+    for (let b = 0; b < N / 1000; b++) {
+      const res = await enqueue(
+        server.url,
+        'bulk',
+        Array.from({ length: 1000 }, (_, i) => ({ payload: { n: b * 1000 + i } })),
+      );
+      enqueued.push(...res.body.jobs.map((j: { id: string }) => j.id));
+    }
+  })();
+  const claimedBy = new Map<string, number>();
+  let doubles = 0;
+  let acked = 0;
+  let ackFailures = 0;
+  const worker = async (w: number) => {
+    for (;;) {
+      const jobs = await claim(server.url, 'bulk', { max: 10, wait: 1, lease: 60 });
+      if (jobs.length === 0) {
+        if (acked >= N) return;
+        continue;
+      }
+      for (const j of jobs) {
+        if (claimedBy.has(j.id)) doubles++;
+        claimedBy.set(j.id, w);
+      }
+      // Alternate single acks and batch acks.
+      if (w % 2 === 0) {
+        for (const j of jobs) {
+          const r = await ack(server.url, 'bulk', j.id, j.lease);
+          if (r.status === 204) acked++;
+          else ackFailures++;
+        }
+      } else {
+        const r = await api(
+          server.url,
+          'POST',
+          '/v1/queues/bulk/ack',
+          jobs.map((j) => ({ id: j.id, lease: j.lease })),
+        );
+        for (const x of r.body.results) {
+          if (x.ok) acked++;
+          else ackFailures++;
+        }
+      }
+    }
+  };
+  await Promise.all([enqueuing, ...Array.from({ length: 16 }, (_, w) => worker(w))]);
+  t.equal(doubles, 0, 'no job was handed to two claimers');
+  t.equal(ackFailures, 0, 'no ack failed');
+  t.equal(acked, N, 'every job acked once');
+  t.equal(claimedBy.size, N);
+  t.same([...claimedBy.keys()].sort(), [...enqueued].sort(), 'exactly the enqueued jobs');
+  t.equal(new Set(claimedBy.values()).size, 16, 'every worker got work');
+  t.same(await jobRows(db), []);
+  t.match(await stats(server.url, 'bulk'), { completed: N, ready: 0, leased: 0 });
+});
+
+t.test(
+  'lease expiry: re-delivery with attempt + 1; the stale lease gets 409 and changes nothing',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const server = await startTestServer(t, dbUrl, { pollIntervalMs: 60000 });
+    const db = sqlClient(t, dbUrl);
+    await enqueue(server.url, 'l', { payload: 'x' });
+    const [first] = await claim(server.url, 'l', { lease: 0.5 });
+    t.equal(first.attempt, 1);
+    // A second worker waits; the first "crashes". The waiter wakes when the lease runs out.
+    const start = Date.now();
+    const [second] = await claim(server.url, 'l', { wait: 10, lease: 30 });
+    const took = Date.now() - start;
+    t.equal(second.id, first.id);
+    t.equal(second.attempt, 2, 'the expired attempt counts');
+    t.not(second.lease, first.lease, 'a fresh lease token');
+    t.ok(took >= 300 && took < 2500, `re-delivered at lease expiry (${took} ms)`);
+
+    for (const [what, res] of [
+      ['ack', await ack(server.url, 'l', first.id, first.lease)],
+      ['nack', await nack(server.url, 'l', first.id, { lease: first.lease, error: 'stale' })],
+      [
+        'extend',
+        await api(server.url, 'POST', `/v1/queues/l/jobs/${first.id}/extend`, {
+          lease: first.lease,
+          seconds: 60,
+        }),
+      ],
+    ] as const) {
+      t.equal(res.status, 409, `stale ${what}: 409`);
+      t.equal(res.body.code, 'lease_mismatch', `stale ${what}: code`);
+    }
+    const [row] = await jobRows(db);
+    t.match(row, { id: second.id, state: 'leased', attempt: 2 }, 'the job stays with its new holder');
+    t.equal((await ack(server.url, 'l', second.id, second.lease)).status, 204);
+  },
+);
+
+t.test('an expired lease is refused (409 lease_expired) and extend keeps a lease alive', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  await enqueue(server.url, 'x', [{ payload: 1 }, { payload: 2 }]);
+  const [a, b] = await claim(server.url, 'x', { max: 2, lease: 0.3 });
+  const ext = await api(server.url, 'POST', `/v1/queues/x/jobs/${b.id}/extend`, {
+    lease: b.lease,
+    seconds: 30,
+  });
+  t.equal(ext.status, 200);
+  t.ok(Date.parse(ext.body.leaseExpiresAt) - Date.now() > 25000, 'extended to 30 s from now');
+  await sleep(500);
+  const late = await ack(server.url, 'x', a.id, a.lease);
+  t.equal(late.status, 409);
+  t.equal(late.body.code, 'lease_expired');
+  t.match(late.body.message, /expired/);
+  t.equal((await ack(server.url, 'x', b.id, b.lease)).status, 204, 'the extended lease still holds');
+});
+
+t.test('nack: backoff, dead letter after maxAttempts with the last error, redrive', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, { pollIntervalMs: 60000 });
+  const e = await enqueue(server.url, 'n', {
+    payload: 'flaky',
+    maxAttempts: 3,
+    backoff: { type: 'fixed', delay: 0.4, jitter: false },
+  });
+  let lastNackAt = 0;
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    const [job] = await claim(server.url, 'n', { wait: 10 });
+    t.equal(job.id, e.body.id);
+    t.equal(job.attempt, attempt);
+    if (attempt > 1) {
+      const gap = Date.now() - lastNackAt;
+      t.ok(gap >= 350, `retried after the backoff (${gap} ms)`);
+    }
+    const res = await nack(server.url, 'n', job.id, { lease: job.lease, error: `boom ${attempt}` });
+    lastNackAt = Date.now();
+    t.equal(res.status, 200);
+    if (attempt < 3) {
+      t.match(res.body, { state: 'ready', attempt });
+      const due = Date.parse(res.body.runAt) - Date.now();
+      t.ok(due > 200 && due <= 450, `runAt is the fixed backoff (${due} ms)`);
+      t.same(await claim(server.url, 'n'), [], 'not handed out before its backoff');
+    } else {
+      t.match(res.body, { state: 'dead', attempt: 3 });
+    }
+  }
+  t.match(await stats(server.url, 'n'), { ready: 0, delayed: 0, dead: 1 });
+  t.same(await claim(server.url, 'n'), [], 'dead jobs are not handed out');
+  const dead = await api(server.url, 'GET', '/v1/queues/n/dead');
+  t.equal(dead.status, 200);
+  t.match(dead.body.jobs, [
+    { id: e.body.id, payload: 'flaky', attempt: 3, maxAttempts: 3, lastError: 'boom 3' },
+  ]);
+  t.equal(dead.body.next, e.body.id);
+  t.same((await api(server.url, 'GET', `/v1/queues/n/dead?after=${e.body.id}`)).body.jobs, []);
+
+  // Redrive one: it is claimable at once with fresh attempts.
+  const waiting = claim(server.url, 'n', { wait: 10 });
+  await sleep(100);
+  const r = await api(server.url, 'POST', `/v1/queues/n/dead/${e.body.id}/retry`);
+  t.equal(r.status, 200);
+  const [again] = await waiting;
+  t.match(again, { id: e.body.id, attempt: 1 }, 'a waiting claim is woken by the redrive');
+  const missing = await api(server.url, 'POST', `/v1/queues/n/dead/${e.body.id}/retry`);
+  t.equal(missing.status, 404, 'a job that is not dead cannot be redriven');
+  t.equal(missing.body.code, 'job_not_found');
+
+  // Exponential backoff (no jitter): delay * 2^(attempt-1), capped; an explicit delay wins.
+  await enqueue(server.url, 'exp', { payload: 1, backoff: { delay: 10, max: 15, jitter: false } });
+  let [j] = await claim(server.url, 'exp');
+  let res = await nack(server.url, 'exp', j.id, { lease: j.lease });
+  t.ok(Math.abs(Date.parse(res.body.runAt) - Date.now() - 10000) < 1000, 'attempt 1: 10 s');
+  await sql`update commitfeed.jobs set run_at = now()`.execute(sqlClient(t, dbUrl));
+  [j] = await claim(server.url, 'exp');
+  res = await nack(server.url, 'exp', j.id, { lease: j.lease });
+  t.ok(Math.abs(Date.parse(res.body.runAt) - Date.now() - 15000) < 1000, 'attempt 2: 20 s capped at 15');
+  await sql`update commitfeed.jobs set run_at = now()`.execute(sqlClient(t, dbUrl));
+  [j] = await claim(server.url, 'exp');
+  res = await nack(server.url, 'exp', j.id, { lease: j.lease, delay: 0 });
+  t.ok(Date.parse(res.body.runAt) - Date.now() < 500, 'explicit delay 0: at once');
+  t.equal((await claim(server.url, 'exp')).length, 1);
+
+  // Redrive all.
+  await enqueue(server.url, 'd', [
+    { payload: 1, maxAttempts: 1 },
+    { payload: 2, maxAttempts: 1 },
+  ]);
+  for (const job of await claim(server.url, 'd', { max: 2 }))
+    await nack(server.url, 'd', job.id, { lease: job.lease });
+  t.match(await stats(server.url, 'd'), { dead: 2 });
+  const all = await api(server.url, 'POST', '/v1/queues/d/dead/retry');
+  t.same(all.body, { retried: 2 });
+  t.match(await stats(server.url, 'd'), { dead: 0, ready: 2 });
+});
+
+t.test('a lease that expires on the last attempt dead-letters the job', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  const e = await enqueue(server.url, 'z', { payload: 0, maxAttempts: 1 });
+  await claim(server.url, 'z', { lease: 0.2 });
+  await sleep(300);
+  t.same(await claim(server.url, 'z'), []);
+  t.match(await stats(server.url, 'z'), { dead: 1, ready: 0, leased: 0 });
+  const dead = await api(server.url, 'GET', '/v1/queues/z/dead');
+  t.match(dead.body.jobs, [{ id: e.body.id, lastError: 'lease expired', attempt: 1 }]);
+});
+
+t.test('key dedup: concurrent enqueues with one key create one job', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl);
+  const db = sqlClient(t, dbUrl);
+  const results = await Promise.all(
+    Array.from({ length: 20 }, (_, i) => enqueue(server.url, 'k', { payload: i, key: 'order-1' })),
+  );
+  const ids = new Set(results.map((r) => r.body.id));
+  t.equal(ids.size, 1, 'one id for every request');
+  t.equal(results.filter((r) => r.status === 201 && !r.body.duplicate).length, 1, 'one was enqueued');
+  t.equal(results.filter((r) => r.status === 200 && r.body.duplicate).length, 19, 'the rest are duplicates');
+  // Within one batch too, and across keys.
+  const batch = await enqueue(server.url, 'k', [
+    { payload: 'a', key: 'order-1' },
+    { payload: 'b', key: 'order-2' },
+    { payload: 'c', key: 'order-2' },
+  ]);
+  t.match(batch.body.jobs, [
+    { id: [...ids][0], duplicate: true },
+    { duplicate: false },
+    { id: batch.body.jobs[1].id, duplicate: true },
+  ]);
+  t.equal((await jobRows(db)).length, 2);
+  // The same key in another queue is another job; once completed, the key is free again.
+  t.equal((await enqueue(server.url, 'k2', { payload: 0, key: 'order-1' })).status, 201);
+  const jobs = await claim(server.url, 'k', { max: 10 });
+  for (const j of jobs) await ack(server.url, 'k', j.id, j.lease);
+  const again = await enqueue(server.url, 'k', { payload: 'again', key: 'order-1' });
+  t.equal(again.status, 201);
+  t.notOk(ids.has(again.body.id), 'a new job');
+});
+
+t.test('pause and resume', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t), { pollIntervalMs: 60000 });
+  t.same((await api(server.url, 'POST', '/v1/queues/pq/pause')).body, { queue: 'pq', paused: true });
+  t.equal((await enqueue(server.url, 'pq', { payload: 1 })).status, 201, 'a paused queue accepts jobs');
+  t.same(await claim(server.url, 'pq'), [], 'and hands none out');
+  t.match(await stats(server.url, 'pq'), { paused: true, ready: 1 });
+  const waiting = timed(claim(server.url, 'pq', { wait: 10 }));
+  await sleep(300);
+  t.notOk(waiting.settled(), 'a waiting claim keeps waiting while paused');
+  const resumedAt = Date.now();
+  t.same((await api(server.url, 'POST', '/v1/queues/pq/resume')).body, { queue: 'pq', paused: false });
+  const got = await waiting;
+  t.equal(got.value.length, 1, 'resume wakes the waiting claim');
+  t.ok(got.at - resumedAt < 2000);
+});
+
+t.test('waiting claims hold no database connection', async (t) => {
+  // Two pooled connections and 30 waiting claims: if a claim held a connection while waiting, the
+  // enqueue below could not run.
+  const server = await startTestServer(t, await testDatabase(t), { poolSize: 2, pollIntervalMs: 60000 });
+  const waiting = Promise.all(Array.from({ length: 30 }, () => claim(server.url, 'idle', { wait: 10 })));
+  await sleep(300);
+  const start = Date.now();
+  const e = await enqueue(
+    server.url,
+    'idle',
+    Array.from({ length: 30 }, (_, i) => ({ payload: i })),
+  );
+  t.equal(e.status, 201);
+  const got = (await waiting).flat();
+  t.equal(got.length, 30, 'each waiting claim got one job');
+  t.equal(new Set(got.map((j) => j.id)).size, 30, 'all different');
+  t.ok(Date.now() - start < 5000, `served at the commit (${Date.now() - start} ms)`);
+});
+
+t.test('stats and the queue list', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  const missing = await api(server.url, 'GET', '/v1/queues/nothing-here');
+  t.equal(missing.status, 404);
+  t.equal(missing.body.code, 'queue_not_found');
+  await enqueue(server.url, 's1', [
+    { payload: 1 },
+    { payload: 2 },
+    { payload: 3 },
+    { payload: 4, delay: 600 },
+    { payload: 5, maxAttempts: 1 },
+  ]);
+  await enqueue(server.url, 's2', { payload: 0 });
+  const [first] = await claim(server.url, 's1');
+  await ack(server.url, 's1', first.id, first.lease);
+  const [second] = await claim(server.url, 's1');
+  t.equal(second.payload, 2);
+  await until(async () => (await stats(server.url, 's1')).oldestReadyAgeSeconds > 0.05, 5000, 'age to grow');
+  const s = await stats(server.url, 's1');
+  t.match(s, { name: 's1', paused: false, ready: 2, delayed: 1, leased: 1, dead: 0, completed: 1 });
+  t.ok(s.oldestReadyAgeSeconds > 0.05 && s.oldestReadyAgeSeconds < 60, 'oldest ready age in seconds');
+  const list = await api(server.url, 'GET', '/v1/queues');
+  t.same(
+    list.body.queues.map((q: { name: string; ready: number }) => [q.name, q.ready]),
+    [
+      ['s1', 2],
+      ['s2', 1],
+    ],
+  );
+});
+
+t.test('bad input: 4xx with a stable code, nothing written', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, { maxBodyBytes: 8192, maxEventBytes: 1024 });
+  const db = sqlClient(t, dbUrl);
+  const json = { 'content-type': 'application/json' };
+  const post = (path: string, body: string, headers: Record<string, string> = json) => ({
+    path,
+    body,
+    headers,
+  });
+  const q = '/v1/queues/q';
+  const cases: [
+    string,
+    { path: string; body?: string; headers: Record<string, string>; method?: string },
+    number,
+    string,
+  ][] = [
+    ['bad queue name (space)', post('/v1/queues/bad%20name/jobs', '{"payload":1}'), 400, 'invalid_name'],
+    ['bad queue name (slash)', post('/v1/queues/a%2Fb/jobs', '{"payload":1}'), 400, 'invalid_name'],
+    ['queue name too long', post(`/v1/queues/${'a'.repeat(201)}/jobs`, '{"payload":1}'), 400, 'invalid_name'],
+    ['missing payload', post(`${q}/jobs`, '{"delay":1}'), 400, 'invalid_request'],
+    ['unknown property', post(`${q}/jobs`, '{"payload":1,"color":"red"}'), 400, 'invalid_request'],
+    ['negative delay', post(`${q}/jobs`, '{"payload":1,"delay":-1}'), 400, 'invalid_request'],
+    ['delay not a number', post(`${q}/jobs`, '{"payload":1,"delay":"soon"}'), 400, 'invalid_request'],
+    ['bad runAt', post(`${q}/jobs`, '{"payload":1,"runAt":"tomorrow"}'), 400, 'invalid_request'],
+    [
+      'delay and runAt',
+      post(`${q}/jobs`, '{"payload":1,"delay":1,"runAt":"2030-01-01T00:00:00Z"}'),
+      400,
+      'invalid_request',
+    ],
+    ['fractional priority', post(`${q}/jobs`, '{"payload":1,"priority":1.5}'), 400, 'invalid_request'],
+    ['maxAttempts 0', post(`${q}/jobs`, '{"payload":1,"maxAttempts":0}'), 400, 'invalid_request'],
+    ['empty key', post(`${q}/jobs`, '{"payload":1,"key":""}'), 400, 'invalid_request'],
+    ['key with NUL', post(`${q}/jobs`, '{"payload":1,"key":"a\\u0000b"}'), 400, 'invalid_request'],
+    [
+      'bad backoff type',
+      post(`${q}/jobs`, '{"payload":1,"backoff":{"type":"linear"}}'),
+      400,
+      'invalid_request',
+    ],
+    ['empty batch', post(`${q}/jobs`, '[]'), 400, 'invalid_request'],
+    [
+      'one bad job in a batch',
+      post(`${q}/jobs`, '[{"payload":1},{"payload":2,"delay":-5}]'),
+      400,
+      'invalid_request',
+    ],
+    [
+      'oversized payload',
+      post(`${q}/jobs`, JSON.stringify({ payload: 'x'.repeat(2000) })),
+      413,
+      'payload_too_large',
+    ],
+    [
+      'oversized body',
+      post(`${q}/jobs`, JSON.stringify({ payload: 'x'.repeat(9000) })),
+      413,
+      'body_too_large',
+    ],
+    ['invalid JSON', post(`${q}/jobs`, '{"payload":'), 400, 'invalid_json'],
+    [
+      'wrong content type',
+      post(`${q}/jobs`, '{"payload":1}', { 'content-type': 'text/plain' }),
+      415,
+      'unsupported_media_type',
+    ],
+    ['claim max 0', post(`${q}/claim`, '{"max":0}'), 400, 'invalid_request'],
+    ['claim max 101', post(`${q}/claim`, '{"max":101}'), 400, 'invalid_request'],
+    ['claim wait 31', post(`${q}/claim`, '{"wait":31}'), 400, 'invalid_request'],
+    ['claim negative wait', post(`${q}/claim`, '{"wait":-1}'), 400, 'invalid_request'],
+    ['claim lease 0', post(`${q}/claim`, '{"lease":0}'), 400, 'invalid_request'],
+    ['claim unknown field', post(`${q}/claim`, '{"limit":3}'), 400, 'invalid_request'],
+    ['claim bad name', post('/v1/queues/no%20way/claim', '{}'), 400, 'invalid_name'],
+    ['ack without lease', post(`${q}/jobs/1/ack`, '{}'), 400, 'invalid_request'],
+    ['ack malformed id', post(`${q}/jobs/abc/ack`, '{"lease":"x"}'), 400, 'invalid_id'],
+    ['ack unknown id', post(`${q}/jobs/424242/ack`, '{"lease":"x"}'), 404, 'job_not_found'],
+    ['nack unknown id', post(`${q}/jobs/424242/nack`, '{"lease":"x"}'), 404, 'job_not_found'],
+    ['nack negative delay', post(`${q}/jobs/1/nack`, '{"lease":"x","delay":-1}'), 400, 'invalid_request'],
+    ['extend without seconds', post(`${q}/jobs/1/extend`, '{"lease":"x"}'), 400, 'invalid_request'],
+    ['extend unknown id', post(`${q}/jobs/424242/extend`, '{"lease":"x","seconds":5}'), 404, 'job_not_found'],
+    ['batch ack not an array', post(`${q}/ack`, '{"id":"1","lease":"x"}'), 400, 'invalid_request'],
+    ['batch ack bad id', post(`${q}/ack`, '[{"id":"one","lease":"x"}]'), 400, 'invalid_request'],
+    [
+      'dead list bad limit',
+      { path: `${q}/dead?limit=0`, headers: {}, method: 'GET' },
+      400,
+      'invalid_request',
+    ],
+    [
+      'dead list unknown parameter',
+      { path: `${q}/dead?foo=1`, headers: {}, method: 'GET' },
+      400,
+      'unknown_parameter',
+    ],
+    ['redrive malformed id', { path: `${q}/dead/x1/retry`, headers: {} }, 400, 'invalid_id'],
+    ['redrive unknown id', { path: `${q}/dead/424242/retry`, headers: {} }, 404, 'job_not_found'],
+    ['stats bad name', { path: '/v1/queues/a%20b', headers: {}, method: 'GET' }, 400, 'invalid_name'],
+    ['pause bad name', { path: '/v1/queues/a%20b/pause', headers: {} }, 400, 'invalid_name'],
+  ];
+  for (const [name, req, status, code] of cases) {
+    const res = await fetch(`${server.url}${req.path}`, {
+      method: req.method ?? 'POST',
+      headers: req.headers,
+      body: req.method === 'GET' || req.body === '' ? undefined : req.body,
+    });
+    const body = (await res.json()) as Body;
+    t.equal(res.status, status, `${name}: status`);
+    t.equal(body.code, code, `${name}: code`);
+    t.equal(body.statusCode, status, `${name}: body statusCode`);
+    t.ok(typeof body.message === 'string' && body.message.length > 0, `${name}: message`);
+  }
+  t.same(await jobRows(db), [], 'no job was written');
+  t.same(await feedRows(db), [], 'no feed row was written');
+  const { rows } = await sql<{ n: number }>`select count(*)::int as n from commitfeed.queues`.execute(db);
+  t.equal(rows[0].n, 0, 'no queue was created');
+});
