@@ -1,71 +1,11 @@
 // Work queues over HTTP against a real PostgreSQL: enqueue → claim → ack, long-poll woken at commit,
-// delayed jobs, concurrent claimers, fenced leases, retries, dead letters, dedup, pause, stats.
+// delayed jobs, fenced leases, retries, dead letters, dedup, priority, pause, stats, SSE watch.
 import { sql } from 'kysely';
 import t from 'tap';
 import { enqueueJobs } from '../src/queues/queries.ts';
 import { toJobInput } from '../src/queues/validate.ts';
-import { feedRows, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
-
-interface Claimed {
-  id: string;
-  payload: unknown;
-  attempt: number;
-  maxAttempts: number;
-  lease: string;
-  leaseExpiresAt: string;
-}
-
-// biome-ignore lint/suspicious/noExplicitAny: response bodies are checked field by field
-type Body = any;
-
-async function api(base: string, method: string, path: string, body?: unknown) {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: (text === '' ? undefined : JSON.parse(text)) as Body };
-}
-
-const enqueue = (base: string, queue: string, body: unknown) =>
-  api(base, 'POST', `/v1/queues/${queue}/jobs`, body);
-const claim = async (base: string, queue: string, body: object = {}) => {
-  const res = await api(base, 'POST', `/v1/queues/${queue}/claim`, body);
-  if (res.status !== 200) throw new Error(`claim: ${res.status} ${JSON.stringify(res.body)}`);
-  return res.body.jobs as Claimed[];
-};
-const ack = (base: string, queue: string, id: string, lease: string) =>
-  api(base, 'POST', `/v1/queues/${queue}/jobs/${id}/ack`, { lease });
-const nack = (base: string, queue: string, id: string, body: object) =>
-  api(base, 'POST', `/v1/queues/${queue}/jobs/${id}/nack`, body);
-const stats = async (base: string, queue: string) => (await api(base, 'GET', `/v1/queues/${queue}`)).body;
-
-async function jobRows(db: ReturnType<typeof sqlClient>) {
-  const { rows } = await sql<{ id: string; state: string; attempt: number }>`
-    select id::text as id, state, attempt from commitfeed.jobs order by id`.execute(db);
-  return rows;
-}
-
-/** Resolves with the promise's value and when it settled, so a test can say "not before X". */
-function timed<T>(p: Promise<T>): Promise<{ value: T; at: number }> & { settled: () => boolean } {
-  let done = false;
-  const q = p.then((value) => {
-    done = true;
-    return { value, at: Date.now() };
-  }) as Promise<{ value: T; at: number }> & { settled: () => boolean };
-  q.settled = () => done;
-  return q;
-}
-
-/** Waits until `cond()` holds (checked every 20 ms), failing after `ms`. */
-async function until(cond: () => boolean | Promise<boolean>, ms = 10000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
+import { feedRows, openSse, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { ack, api, claim, enqueue, jobRows, nack, stats, timed, until } from './queue-helpers.ts';
 
 t.test('enqueue → claim → ack', async (t) => {
   const dbUrl = await testDatabase(t);
@@ -226,69 +166,6 @@ t.test('priority order, then age', async (t) => {
     jobs.map((j) => j.payload),
     ['b', 'd', 'c', 'e', 'a'],
   );
-});
-
-t.test('16 concurrent claimers: 5,000 jobs, each handed out once and acked exactly once', async (t) => {
-  const dbUrl = await testDatabase(t);
-  const server = await startTestServer(t, dbUrl);
-  const db = sqlClient(t, dbUrl);
-  const N = 5000;
-  const enqueued: string[] = [];
-  const enqueuing = (async () => {
-    for (let b = 0; b < N / 1000; b++) {
-      const res = await enqueue(
-        server.url,
-        'bulk',
-        Array.from({ length: 1000 }, (_, i) => ({ payload: { n: b * 1000 + i } })),
-      );
-      enqueued.push(...res.body.jobs.map((j: { id: string }) => j.id));
-    }
-  })();
-  const claimedBy = new Map<string, number>();
-  let doubles = 0;
-  let acked = 0;
-  let ackFailures = 0;
-  const worker = async (w: number) => {
-    for (;;) {
-      const jobs = await claim(server.url, 'bulk', { max: 10, wait: 1, lease: 60 });
-      if (jobs.length === 0) {
-        if (acked >= N) return;
-        continue;
-      }
-      for (const j of jobs) {
-        if (claimedBy.has(j.id)) doubles++;
-        claimedBy.set(j.id, w);
-      }
-      // Alternate single acks and batch acks.
-      if (w % 2 === 0) {
-        for (const j of jobs) {
-          const r = await ack(server.url, 'bulk', j.id, j.lease);
-          if (r.status === 204) acked++;
-          else ackFailures++;
-        }
-      } else {
-        const r = await api(
-          server.url,
-          'POST',
-          '/v1/queues/bulk/ack',
-          jobs.map((j) => ({ id: j.id, lease: j.lease })),
-        );
-        for (const x of r.body.results) {
-          if (x.ok) acked++;
-          else ackFailures++;
-        }
-      }
-    }
-  };
-  await Promise.all([enqueuing, ...Array.from({ length: 16 }, (_, w) => worker(w))]);
-  t.equal(doubles, 0, 'no job was handed to two claimers');
-  t.equal(ackFailures, 0, 'no ack failed');
-  t.equal(acked, N, 'every job acked once');
-  t.equal(claimedBy.size, N);
-  t.same([...claimedBy.keys()].sort(), [...enqueued].sort(), 'exactly the enqueued jobs');
-  t.equal(new Set(claimedBy.values()).size, 16, 'every worker got work');
-  t.same(await jobRows(db), []);
-  t.match(await stats(server.url, 'bulk'), { completed: N, ready: 0, leased: 0 });
 });
 
 t.test(
@@ -484,25 +361,6 @@ t.test('pause and resume', async (t) => {
   t.ok(got.at - resumedAt < 2000);
 });
 
-t.test('waiting claims hold no database connection', async (t) => {
-  // Two pooled connections and 30 waiting claims: if a claim held a connection while waiting, the
-  // enqueue below could not run.
-  const server = await startTestServer(t, await testDatabase(t), { poolSize: 2, pollIntervalMs: 60000 });
-  const waiting = Promise.all(Array.from({ length: 30 }, () => claim(server.url, 'idle', { wait: 10 })));
-  await sleep(300);
-  const start = Date.now();
-  const e = await enqueue(
-    server.url,
-    'idle',
-    Array.from({ length: 30 }, (_, i) => ({ payload: i })),
-  );
-  t.equal(e.status, 201);
-  const got = (await waiting).flat();
-  t.equal(got.length, 30, 'each waiting claim got one job');
-  t.equal(new Set(got.map((j) => j.id)).size, 30, 'all different');
-  t.ok(Date.now() - start < 5000, `served at the commit (${Date.now() - start} ms)`);
-});
-
 t.test('stats and the queue list', async (t) => {
   const server = await startTestServer(t, await testDatabase(t));
   const missing = await api(server.url, 'GET', '/v1/queues/nothing-here');
@@ -534,120 +392,26 @@ t.test('stats and the queue list', async (t) => {
   );
 });
 
-t.test('bad input: 4xx with a stable code, nothing written', async (t) => {
-  const dbUrl = await testDatabase(t);
-  const server = await startTestServer(t, dbUrl, { maxBodyBytes: 8192, maxEventBytes: 1024 });
-  const db = sqlClient(t, dbUrl);
-  const json = { 'content-type': 'application/json' };
-  const post = (path: string, body: string, headers: Record<string, string> = json) => ({
-    path,
-    body,
-    headers,
-  });
-  const q = '/v1/queues/q';
-  const cases: [
-    string,
-    { path: string; body?: string; headers: Record<string, string>; method?: string },
-    number,
-    string,
-  ][] = [
-    ['bad queue name (space)', post('/v1/queues/bad%20name/jobs', '{"payload":1}'), 400, 'invalid_name'],
-    ['bad queue name (slash)', post('/v1/queues/a%2Fb/jobs', '{"payload":1}'), 400, 'invalid_name'],
-    ['queue name too long', post(`/v1/queues/${'a'.repeat(201)}/jobs`, '{"payload":1}'), 400, 'invalid_name'],
-    ['missing payload', post(`${q}/jobs`, '{"delay":1}'), 400, 'invalid_request'],
-    ['unknown property', post(`${q}/jobs`, '{"payload":1,"color":"red"}'), 400, 'invalid_request'],
-    ['negative delay', post(`${q}/jobs`, '{"payload":1,"delay":-1}'), 400, 'invalid_request'],
-    ['delay not a number', post(`${q}/jobs`, '{"payload":1,"delay":"soon"}'), 400, 'invalid_request'],
-    ['bad runAt', post(`${q}/jobs`, '{"payload":1,"runAt":"tomorrow"}'), 400, 'invalid_request'],
+t.test('queue activity can be watched over SSE', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  const sse = await openSse(t, `${server.url}/v1/queues/w/events`);
+  t.equal(sse.status, 200);
+  const e = await enqueue(server.url, 'w', [{ payload: 1, maxAttempts: 1 }, { payload: 2 }]);
+  await enqueue(server.url, 'other', { payload: 0 });
+  const [job] = await claim(server.url, 'w');
+  await nack(server.url, 'w', job.id, { lease: job.lease, error: 'no' });
+  const got = await sse.waitFor(2);
+  t.same(
+    got.map((m) => [m.event, JSON.parse(m.data ?? 'null')]),
     [
-      'delay and runAt',
-      post(`${q}/jobs`, '{"payload":1,"delay":1,"runAt":"2030-01-01T00:00:00Z"}'),
-      400,
-      'invalid_request',
+      ['enqueued', { jobs: 2 }],
+      ['dead', { id: e.body.jobs[0].id }],
     ],
-    ['fractional priority', post(`${q}/jobs`, '{"payload":1,"priority":1.5}'), 400, 'invalid_request'],
-    ['maxAttempts 0', post(`${q}/jobs`, '{"payload":1,"maxAttempts":0}'), 400, 'invalid_request'],
-    ['empty key', post(`${q}/jobs`, '{"payload":1,"key":""}'), 400, 'invalid_request'],
-    ['key with NUL', post(`${q}/jobs`, '{"payload":1,"key":"a\\u0000b"}'), 400, 'invalid_request'],
-    [
-      'bad backoff type',
-      post(`${q}/jobs`, '{"payload":1,"backoff":{"type":"linear"}}'),
-      400,
-      'invalid_request',
-    ],
-    ['empty batch', post(`${q}/jobs`, '[]'), 400, 'invalid_request'],
-    [
-      'one bad job in a batch',
-      post(`${q}/jobs`, '[{"payload":1},{"payload":2,"delay":-5}]'),
-      400,
-      'invalid_request',
-    ],
-    [
-      'oversized payload',
-      post(`${q}/jobs`, JSON.stringify({ payload: 'x'.repeat(2000) })),
-      413,
-      'payload_too_large',
-    ],
-    [
-      'oversized body',
-      post(`${q}/jobs`, JSON.stringify({ payload: 'x'.repeat(9000) })),
-      413,
-      'body_too_large',
-    ],
-    ['invalid JSON', post(`${q}/jobs`, '{"payload":'), 400, 'invalid_json'],
-    [
-      'wrong content type',
-      post(`${q}/jobs`, '{"payload":1}', { 'content-type': 'text/plain' }),
-      415,
-      'unsupported_media_type',
-    ],
-    ['claim max 0', post(`${q}/claim`, '{"max":0}'), 400, 'invalid_request'],
-    ['claim max 101', post(`${q}/claim`, '{"max":101}'), 400, 'invalid_request'],
-    ['claim wait 31', post(`${q}/claim`, '{"wait":31}'), 400, 'invalid_request'],
-    ['claim negative wait', post(`${q}/claim`, '{"wait":-1}'), 400, 'invalid_request'],
-    ['claim lease 0', post(`${q}/claim`, '{"lease":0}'), 400, 'invalid_request'],
-    ['claim unknown field', post(`${q}/claim`, '{"limit":3}'), 400, 'invalid_request'],
-    ['claim bad name', post('/v1/queues/no%20way/claim', '{}'), 400, 'invalid_name'],
-    ['ack without lease', post(`${q}/jobs/1/ack`, '{}'), 400, 'invalid_request'],
-    ['ack malformed id', post(`${q}/jobs/abc/ack`, '{"lease":"x"}'), 400, 'invalid_id'],
-    ['ack unknown id', post(`${q}/jobs/424242/ack`, '{"lease":"x"}'), 404, 'job_not_found'],
-    ['nack unknown id', post(`${q}/jobs/424242/nack`, '{"lease":"x"}'), 404, 'job_not_found'],
-    ['nack negative delay', post(`${q}/jobs/1/nack`, '{"lease":"x","delay":-1}'), 400, 'invalid_request'],
-    ['extend without seconds', post(`${q}/jobs/1/extend`, '{"lease":"x"}'), 400, 'invalid_request'],
-    ['extend unknown id', post(`${q}/jobs/424242/extend`, '{"lease":"x","seconds":5}'), 404, 'job_not_found'],
-    ['batch ack not an array', post(`${q}/ack`, '{"id":"1","lease":"x"}'), 400, 'invalid_request'],
-    ['batch ack bad id', post(`${q}/ack`, '[{"id":"one","lease":"x"}]'), 400, 'invalid_request'],
-    [
-      'dead list bad limit',
-      { path: `${q}/dead?limit=0`, headers: {}, method: 'GET' },
-      400,
-      'invalid_request',
-    ],
-    [
-      'dead list unknown parameter',
-      { path: `${q}/dead?foo=1`, headers: {}, method: 'GET' },
-      400,
-      'unknown_parameter',
-    ],
-    ['redrive malformed id', { path: `${q}/dead/x1/retry`, headers: {} }, 400, 'invalid_id'],
-    ['redrive unknown id', { path: `${q}/dead/424242/retry`, headers: {} }, 404, 'job_not_found'],
-    ['stats bad name', { path: '/v1/queues/a%20b', headers: {}, method: 'GET' }, 400, 'invalid_name'],
-    ['pause bad name', { path: '/v1/queues/a%20b/pause', headers: {} }, 400, 'invalid_name'],
-  ];
-  for (const [name, req, status, code] of cases) {
-    const res = await fetch(`${server.url}${req.path}`, {
-      method: req.method ?? 'POST',
-      headers: req.headers,
-      body: req.method === 'GET' || req.body === '' ? undefined : req.body,
-    });
-    const body = (await res.json()) as Body;
-    t.equal(res.status, status, `${name}: status`);
-    t.equal(body.code, code, `${name}: code`);
-    t.equal(body.statusCode, status, `${name}: body statusCode`);
-    t.ok(typeof body.message === 'string' && body.message.length > 0, `${name}: message`);
-  }
-  t.same(await jobRows(db), [], 'no job was written');
-  t.same(await feedRows(db), [], 'no feed row was written');
-  const { rows } = await sql<{ n: number }>`select count(*)::int as n from commitfeed.queues`.execute(db);
-  t.equal(rows[0].n, 0, 'no queue was created');
+  );
+  const resumed = await openSse(t, `${server.url}/v1/queues/w/events`, { 'last-event-id': got[0].id! });
+  t.same(
+    (await resumed.waitFor(1)).map((m) => m.event),
+    ['dead'],
+    'resumes after Last-Event-ID',
+  );
 });

@@ -4,11 +4,14 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
+import { authorize, authorizeQueueRead, canSeeQueue } from '../auth/access.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../errors.ts';
+import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
-import type { ClaimedJob, LeaseRef, SettleResult } from './queries.ts';
+import { openSse } from '../streams/sse.ts';
+import { type ClaimedJob, type LeaseRef, type SettleResult, queueStream } from './queries.ts';
 import { Queues } from './queues.ts';
 import {
   JOB_ID_PATTERN,
@@ -24,6 +27,7 @@ import {
   nackBody,
   queueParams,
   statsResponse,
+  watchQuery,
 } from './schemas.ts';
 import { type JobBody, toJobInput } from './validate.ts';
 
@@ -84,6 +88,7 @@ export function queueRoutes(
     },
     async (request, reply) => {
       const { queue } = request.params;
+      authorize(request, 'enqueue', queue);
       const body = request.body;
       if (Array.isArray(body)) {
         const inputs = body.map((j, i) => toJobInput(queue, j, config.maxEventBytes, `jobs[${i}]`));
@@ -106,6 +111,7 @@ export function queueRoutes(
       preValidation: emptyBodyIsObject,
     },
     async (request, reply) => {
+      authorize(request, 'work', request.params.queue);
       const abort = new AbortController();
       reply.raw.on('close', () => abort.abort());
       const { max, lease, wait } = request.body;
@@ -123,6 +129,7 @@ export function queueRoutes(
     '/v1/queues/:queue/jobs/:id/ack',
     { schema: { summary: 'Complete a job held by this lease', params: jobParams, body: ackBody } },
     async (request, reply) => {
+      authorize(request, 'work', request.params.queue);
       const [res] = await queues.ack([jobRef(request.params, request.body.lease)]);
       check(res);
       return reply.code(204).send();
@@ -139,6 +146,7 @@ export function queueRoutes(
       },
     },
     async (request) => {
+      authorize(request, 'work', request.params.queue);
       const { lease, error, delay } = request.body;
       const res = check(await queues.nack(jobRef(request.params, lease), error ?? null, delay ?? null));
       return { id: request.params.id, state: res.state, attempt: res.attempt, runAt: iso(res.runAt) };
@@ -149,6 +157,7 @@ export function queueRoutes(
     '/v1/queues/:queue/jobs/:id/extend',
     { schema: { summary: 'Extend a lease to `seconds` from now', params: jobParams, body: extendBody } },
     async (request) => {
+      authorize(request, 'work', request.params.queue);
       const { lease, seconds } = request.body;
       const res = check(await queues.extend(jobRef(request.params, lease), seconds));
       return { id: request.params.id, leaseExpiresAt: iso(res.leaseExpiresAt) };
@@ -160,6 +169,7 @@ export function queueRoutes(
     { schema: { summary: 'Ack many jobs; one result per item', params: queueParams, body: batchAckBody } },
     async (request) => {
       const { queue } = request.params;
+      authorize(request, 'work', queue);
       const items = request.body.map((i) => ({ queue, id: i.id, lease: i.lease }));
       const results = await queues.ack(items);
       return {
@@ -175,7 +185,8 @@ export function queueRoutes(
   app.get(
     '/v1/queues',
     { schema: { summary: 'Every queue with its counts', response: listResponse } },
-    async () => ({ queues: await queues.stats(null) }),
+    // Only the queues this token may enqueue to or work on (all of them for an admin).
+    async (request) => ({ queues: (await queues.stats(null)).filter((q) => canSeeQueue(request, q.name)) }),
   );
 
   app.get<QueueReq>(
@@ -188,6 +199,7 @@ export function queueRoutes(
       },
     },
     async (request) => {
+      authorizeQueueRead(request, request.params.queue);
       const [stats] = await queues.stats(request.params.queue);
       if (!stats) {
         throw new ApiError(
@@ -202,7 +214,10 @@ export function queueRoutes(
 
   app.get<{ Params: { queue: string }; Querystring: { limit: number; after?: string } }>(
     '/v1/queues/:queue/dead',
-    { schema: { summary: 'Dead-lettered jobs, oldest first', params: queueParams, querystring: deadQuery } },
+    {
+      config: { access: 'admin' },
+      schema: { summary: 'Dead-lettered jobs, oldest first', params: queueParams, querystring: deadQuery },
+    },
     async (request, reply: FastifyReply) => {
       const { limit, after } = request.query;
       const jobs = await queues.listDead(request.params.queue, after ?? null, limit);
@@ -218,7 +233,7 @@ export function queueRoutes(
 
   app.post<{ Params: { queue: string; id: string } }>(
     '/v1/queues/:queue/dead/:id/retry',
-    { schema: { summary: 'Redrive one dead job', params: jobParams } },
+    { config: { access: 'admin' }, schema: { summary: 'Redrive one dead job', params: jobParams } },
     async (request) => {
       const ref = jobRef(request.params, '');
       const ids = await queues.retryDead(ref.queue, ref.id);
@@ -231,14 +246,46 @@ export function queueRoutes(
 
   app.post<QueueReq>(
     '/v1/queues/:queue/dead/retry',
-    { schema: { summary: 'Redrive every dead job of the queue', params: queueParams } },
+    {
+      config: { access: 'admin' },
+      schema: { summary: 'Redrive every dead job of the queue', params: queueParams },
+    },
     async (request) => ({ retried: (await queues.retryDead(request.params.queue, null)).length }),
+  );
+
+  app.get<{ Params: { queue: string }; Querystring: { after?: string; from: 'earliest' | 'latest' } }>(
+    '/v1/queues/:queue/events',
+    {
+      schema: {
+        summary: 'Watch queue activity over SSE: enqueued, retry, dead, resumed',
+        params: queueParams,
+        querystring: watchQuery,
+      },
+    },
+    async (request, reply) => {
+      const header = request.headers['last-event-id'];
+      const given = typeof header === 'string' && header !== '' ? header : request.query.after;
+      const start = given === undefined ? undefined : parseCursor(given);
+      if (given !== undefined && !start) {
+        throw new ApiError(
+          400,
+          'invalid_cursor',
+          `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>" as sent in an event id`,
+        );
+      }
+      const from = start ?? (request.query.from === 'earliest' ? START : deps.feed.tailer.position);
+      const sink = openSse(reply, formatCursor(from), config.sseRetryMs);
+      const sub = deps.feed.hub.subscribe([queueStream(request.params.queue)], from, sink);
+      reply.raw.on('close', () => deps.feed.hub.unsubscribe(sub));
+      return reply;
+    },
   );
 
   for (const action of ['pause', 'resume'] as const) {
     app.post<QueueReq>(
       `/v1/queues/:queue/${action}`,
       {
+        config: { access: 'admin' },
         schema: {
           summary:
             action === 'pause' ? 'Stop handing out jobs (enqueues still accepted)' : 'Hand out jobs again',

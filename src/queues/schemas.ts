@@ -1,6 +1,6 @@
 /** Queue route schemas: request validation and response serialisation from one source. */
 import { NAME_PATTERN } from '../feed/validate.ts';
-import { MAX_BATCH, errorSchema } from '../streams/schemas.ts';
+import { CURSOR_PATTERN, MAX_BATCH, errorSchema } from '../streams/schemas.ts';
 import { MAX_ATTEMPTS_LIMIT, MAX_SECONDS, PRIORITY_LIMIT } from './validate.ts';
 
 export const JOB_ID_PATTERN = '^[0-9]{1,18}$';
@@ -175,4 +175,13 @@ const statsSchema = {
 export const statsResponse = { 200: statsSchema, 404: errorSchema } as const;
 export const listResponse = {
   200: { type: 'object', properties: { queues: { type: 'array', items: statsSchema } } },
+} as const;
+
+export const watchQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    after: { type: 'string', pattern: CURSOR_PATTERN, description: 'resume after this cursor' },
+    from: { type: 'string', enum: ['earliest', 'latest'], default: 'latest' },
+  },
 } as const;
