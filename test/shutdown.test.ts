@@ -1,0 +1,129 @@
+// Graceful shutdown of a real process (`node --import tsx src/main.ts`): on SIGTERM it stops taking
+// new work, sends SSE clients a `retry:` hint and closes them, finishes the publish in flight (held
+// here on a row lock so it is certainly in flight), then exits 0.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { sql } from 'kysely';
+import t from 'tap';
+import { parseSse, textChunks } from '../src/client/sse.ts';
+import { appendEvents } from '../src/feed/queries.ts';
+import { feedRows, sleep, sqlClient, testDatabase } from './helpers.ts';
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+
+function startService(
+  t: { teardown(fn: () => void): void },
+  databaseUrl: string,
+): Promise<{ proc: ChildProcess; url: string }> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: '0', LOG_LEVEL: 'info', SSE_RETRY_MS: '1234' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.teardown(() => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+  });
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    proc.stdout!.setEncoding('utf8');
+    proc.stdout!.on('data', (chunk: string) => {
+      buf += chunk;
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        try {
+          const j = JSON.parse(line) as { msg?: string; url?: string };
+          if (j.msg === 'commitfeed ready' && j.url) resolve({ proc, url: j.url });
+        } catch {
+          // not a log line
+        }
+      }
+    });
+    proc.on('exit', (code) => reject(new Error(`service exited with ${code} before it was ready`)));
+  });
+}
+
+t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const { proc, url } = await startService(t, dbUrl);
+  const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
+  const db = sqlClient(t, dbUrl);
+
+  // An SSE client that records everything, including retry-only messages.
+  const res = await fetch(`${url}/v1/streams/s/events`, { headers: { accept: 'text/event-stream' } });
+  t.equal(res.status, 200);
+  const messages: { id?: string; data?: string; retry?: number }[] = [];
+  const sseEnded = (async () => {
+    try {
+      for await (const m of parseSse(textChunks(res.body!))) messages.push(m);
+      return 'ended';
+    } catch {
+      return 'broken';
+    }
+  })();
+
+  // Hold a transaction that inserted key "k"; a publish with the same key waits on its row lock.
+  let release!: () => void;
+  const mayEnd = new Promise<void>((r) => (release = r));
+  let inserted!: () => void;
+  const isInserted = new Promise<void>((r) => (inserted = r));
+  const holder = db
+    .transaction()
+    .execute(async (trx) => {
+      await appendEvents(trx, [{ stream: 's', type: null, key: 'k', data: '"holder"' }]);
+      inserted();
+      await mayEnd;
+      throw new Error('rollback');
+    })
+    .catch(() => {});
+  await isInserted;
+  const inFlight = fetch(`${url}/v1/streams/s/events`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ data: 'in-flight', key: 'k' }),
+  }).then(async (r) => ({ status: r.status, body: (await r.json()) as { id: string; duplicate: boolean } }));
+  // Certainly in flight: its statement is waiting for our lock.
+  for (let i = 0; i < 500; i++) {
+    const { rows } = await sql<{ n: number }>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and application_name = 'commitfeed' and wait_event_type = 'Lock'`.execute(
+      db,
+    );
+    if (rows[0].n > 0) break;
+    await sleep(10);
+  }
+
+  proc.kill('SIGTERM');
+  t.equal(await sseEnded, 'ended', 'the SSE stream was ended by the server, not broken');
+  t.ok(
+    messages.some((m) => m.retry === 1234 && m.data === undefined),
+    'with a retry: hint (SSE_RETRY_MS) as its last words',
+  );
+  t.equal(messages.at(-1)?.retry, 1234, 'the hint is the last message');
+
+  // New work is refused while the in-flight publish finishes.
+  const late = await fetch(`${url}/v1/streams/s/events`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ data: 'late' }),
+  }).then(
+    (r) => r.status,
+    () => 'refused',
+  );
+  t.ok(late === 503 || late === 'refused', `a publish after SIGTERM is refused (${late})`);
+  t.equal(proc.exitCode, null, 'still running: waiting for the publish in flight');
+
+  release();
+  await holder;
+  const done = await inFlight;
+  t.equal(done.status, 201, 'the in-flight publish completed');
+  t.equal(done.body.duplicate, false);
+  t.equal(await exited, 0, 'then the process exited 0');
+
+  const rows = await feedRows(db);
+  t.same(
+    rows.map((r) => [r.cursor, r.data]),
+    [[done.body.id, 'in-flight']],
+    'the in-flight event is stored; the refused one is not',
+  );
+});
