@@ -4,7 +4,6 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
-import { authorize, authorizeQueueRead, canSeeQueue } from '../auth/access.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../errors.ts';
@@ -88,7 +87,6 @@ export function queueRoutes(
     },
     async (request, reply) => {
       const { queue } = request.params;
-      authorize(request, 'enqueue', queue);
       const body = request.body;
       if (Array.isArray(body)) {
         const inputs = body.map((j, i) => toJobInput(queue, j, config.maxEventBytes, `jobs[${i}]`));
@@ -111,7 +109,6 @@ export function queueRoutes(
       preValidation: emptyBodyIsObject,
     },
     async (request, reply) => {
-      authorize(request, 'work', request.params.queue);
       const abort = new AbortController();
       reply.raw.on('close', () => abort.abort());
       const { max, lease, wait } = request.body;
@@ -129,7 +126,6 @@ export function queueRoutes(
     '/v1/queues/:queue/jobs/:id/ack',
     { schema: { summary: 'Complete a job held by this lease', params: jobParams, body: ackBody } },
     async (request, reply) => {
-      authorize(request, 'work', request.params.queue);
       const [res] = await queues.ack([jobRef(request.params, request.body.lease)]);
       check(res);
       return reply.code(204).send();
@@ -146,7 +142,6 @@ export function queueRoutes(
       },
     },
     async (request) => {
-      authorize(request, 'work', request.params.queue);
       const { lease, error, delay } = request.body;
       const res = check(await queues.nack(jobRef(request.params, lease), error ?? null, delay ?? null));
       return { id: request.params.id, state: res.state, attempt: res.attempt, runAt: iso(res.runAt) };
@@ -157,7 +152,6 @@ export function queueRoutes(
     '/v1/queues/:queue/jobs/:id/extend',
     { schema: { summary: 'Extend a lease to `seconds` from now', params: jobParams, body: extendBody } },
     async (request) => {
-      authorize(request, 'work', request.params.queue);
       const { lease, seconds } = request.body;
       const res = check(await queues.extend(jobRef(request.params, lease), seconds));
       return { id: request.params.id, leaseExpiresAt: iso(res.leaseExpiresAt) };
@@ -169,7 +163,6 @@ export function queueRoutes(
     { schema: { summary: 'Ack many jobs; one result per item', params: queueParams, body: batchAckBody } },
     async (request) => {
       const { queue } = request.params;
-      authorize(request, 'work', queue);
       const items = request.body.map((i) => ({ queue, id: i.id, lease: i.lease }));
       const results = await queues.ack(items);
       return {
@@ -185,8 +178,7 @@ export function queueRoutes(
   app.get(
     '/v1/queues',
     { schema: { summary: 'Every queue with its counts', response: listResponse } },
-    // Only the queues this token may enqueue to or work on (all of them for an admin).
-    async (request) => ({ queues: (await queues.stats(null)).filter((q) => canSeeQueue(request, q.name)) }),
+    async () => ({ queues: await queues.stats(null) }),
   );
 
   app.get<QueueReq>(
@@ -199,7 +191,6 @@ export function queueRoutes(
       },
     },
     async (request) => {
-      authorizeQueueRead(request, request.params.queue);
       const [stats] = await queues.stats(request.params.queue);
       if (!stats) {
         throw new ApiError(
@@ -214,10 +205,7 @@ export function queueRoutes(
 
   app.get<{ Params: { queue: string }; Querystring: { limit: number; after?: string } }>(
     '/v1/queues/:queue/dead',
-    {
-      config: { access: 'admin' },
-      schema: { summary: 'Dead-lettered jobs, oldest first', params: queueParams, querystring: deadQuery },
-    },
+    { schema: { summary: 'Dead-lettered jobs, oldest first', params: queueParams, querystring: deadQuery } },
     async (request, reply: FastifyReply) => {
       const { limit, after } = request.query;
       const jobs = await queues.listDead(request.params.queue, after ?? null, limit);
@@ -233,7 +221,7 @@ export function queueRoutes(
 
   app.post<{ Params: { queue: string; id: string } }>(
     '/v1/queues/:queue/dead/:id/retry',
-    { config: { access: 'admin' }, schema: { summary: 'Redrive one dead job', params: jobParams } },
+    { schema: { summary: 'Redrive one dead job', params: jobParams } },
     async (request) => {
       const ref = jobRef(request.params, '');
       const ids = await queues.retryDead(ref.queue, ref.id);
@@ -246,10 +234,7 @@ export function queueRoutes(
 
   app.post<QueueReq>(
     '/v1/queues/:queue/dead/retry',
-    {
-      config: { access: 'admin' },
-      schema: { summary: 'Redrive every dead job of the queue', params: queueParams },
-    },
+    { schema: { summary: 'Redrive every dead job of the queue', params: queueParams } },
     async (request) => ({ retried: (await queues.retryDead(request.params.queue, null)).length }),
   );
 
@@ -285,7 +270,6 @@ export function queueRoutes(
     app.post<QueueReq>(
       `/v1/queues/:queue/${action}`,
       {
-        config: { access: 'admin' },
         schema: {
           summary:
             action === 'pause' ? 'Stop handing out jobs (enqueues still accepted)' : 'Hand out jobs again',
