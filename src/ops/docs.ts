@@ -22,17 +22,28 @@ export async function registerDocs(app: FastifyInstance): Promise<void> {
       tags: [
         { name: 'streams', description: 'publish and read events' },
         { name: 'queues', description: 'work queues with leases' },
+        { name: 'transactions', description: 'several operations in one transaction' },
         { name: 'ops', description: 'health and metrics' },
       ],
     },
-    // Documentation only (serialisation is untouched): any route can fail with the shared 500 shape.
-    // Routes without response schemas keep the plugin's default 200 instead.
+    // Documentation only (validation and serialisation are untouched): any route can fail with the
+    // shared 500 shape (routes without response schemas keep the plugin's default 200 instead).
+    // Routes without tags are grouped by path.
     transform: ({ schema, url }) => {
-      const s = (schema ?? {}) as FastifySchema & { response?: Record<string, unknown> };
-      if (s.hide || !s.response || s.response['500']) return { schema: s, url };
-      return { schema: { ...s, response: { ...s.response, 500: errorSchema } }, url };
+      let s = (schema ?? {}) as FastifySchema & { response?: Record<string, unknown> };
+      if (s.hide) return { schema: s, url };
+      if (!s.tags) s = { ...s, tags: [tagOf(url)] };
+      if (s.response && !s.response['500']) s = { ...s, response: { ...s.response, 500: errorSchema } };
+      return { schema: s, url };
     },
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
   app.get('/openapi.json', { schema: { hide: true } }, () => app.swagger());
+}
+
+function tagOf(url: string): string {
+  if (url.startsWith('/v1/queues')) return 'queues';
+  if (url.startsWith('/v1/tx') || url.startsWith('/v1/transactions')) return 'transactions';
+  if (url.startsWith('/v1/streams') || url.startsWith('/v1/events')) return 'streams';
+  return 'ops';
 }
