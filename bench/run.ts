@@ -36,6 +36,7 @@ const HELP = `npm run bench -- [flags]
   --fanout-duration S     scenario 4 seconds of publishing (default 10; quick 3)
   --catchup-events N      scenario 5 preloaded events (default 1000000; quick 100000)
   --preload http|sql      scenario 5 preload through the API (default) or straight SQL
+  --catchup-timeout S     scenario 5 gives up catching up after S seconds (default 180; quick 60)
   --stall-ms MS           scenario 6 held-transaction time (default 2000)
   --db NAME               database, dropped and created afresh (default commitfeed_bench)
   --port N                commitfeed port (default 3210); the naive peer uses --naive-port (3211)
@@ -66,6 +67,7 @@ function parseOptions(argv: string[]): Options {
       'fanout-duration': { type: 'string' },
       'catchup-events': { type: 'string' },
       preload: { type: 'string' },
+      'catchup-timeout': { type: 'string' },
       'stall-ms': { type: 'string' },
       db: { type: 'string' },
       port: { type: 'string' },
@@ -116,6 +118,7 @@ function parseOptions(argv: string[]): Options {
     fanoutDurationSec: num(v['fanout-duration'], 10, 3),
     catchupEvents: num(v['catchup-events'], 1_000_000, 100_000),
     preload,
+    catchupTimeoutSec: num(v['catchup-timeout'], 180, 60),
     stallMs: num(v['stall-ms'], 2000),
     db,
     port: num(v.port, 3210),

@@ -17,6 +17,7 @@ import { uiRoutes } from './ops/ui.ts';
 import { queueRoutes } from './queues/routes.ts';
 import { streamListRoutes } from './streams/list.ts';
 import { streamRoutes } from './streams/routes.ts';
+import { txRoutes } from './tx/routes.ts';
 
 export interface AppDeps {
   config: Config;
@@ -55,5 +56,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   streamRoutes(app, deps);
   streamListRoutes(app, deps);
   queueRoutes(app, deps);
+  txRoutes(app, deps);
   return app;
 }

@@ -23,6 +23,7 @@ export interface Options {
   fanoutDurationSec: number;
   catchupEvents: number;
   preload: 'http' | 'sql';
+  catchupTimeoutSec: number;
   stallMs: number;
   db: string;
   port: number;

@@ -63,6 +63,7 @@ export function plotSvg(title: string, series: Series[], conns: number[]): strin
   const out: string[] = [];
   out.push(
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
+    `<title>${escXml(title)}: throughput and p99 latency against concurrency</title>`,
     `<rect width="${W}" height="${H}" fill="white"/>`,
     `<text x="${W / 2}" y="24" text-anchor="middle" font-size="16" font-weight="bold">${escXml(title)}</text>`,
   );
@@ -123,7 +124,7 @@ export function plotSvg(title: string, series: Series[], conns: number[]): strin
         );
     });
   };
-  panel(lefts[0], 'throughput (events/s)', (s) => s.throughput, false);
+  panel(lefts[0], 'throughput (events/s, log scale)', (s) => s.throughput, true);
   panel(lefts[1], 'p99 publish latency (ms, log scale)', (s) => s.p99, true);
   series.forEach((s, i) => {
     const x = 70 + i * 175;

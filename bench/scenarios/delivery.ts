@@ -55,7 +55,7 @@ export async function runDelivery(
     } finally {
       clearInterval(tick);
     }
-    sub.send({ type: 'expect', counts: pub.published, drainMs: r.drainMs });
+    sub.send({ type: 'expect', nextSeq: pub.nextSeq, failedSeqs: pub.failedSeqs, drainMs: r.drainMs });
     const result = await sub.result(r.drainMs + 60_000);
     return { sub: result, pub, connected, subCpuSec: sub.cpuSec };
   } finally {
@@ -95,7 +95,10 @@ function problemsOf(
     out.push(`${name}: ${s.connectFailed} subscribers failed to connect: ${s.firstConnectError}`);
   if (s.closes > 0)
     out.push(`${name}: ${s.closes} subscriptions closed mid-run (${s.reconnects} resumed): ${s.firstClose}`);
-  if (p.errors > 0) out.push(`${name}: ${p.errors} publishes failed: ${p.firstError}`);
+  if (p.errors > 0)
+    out.push(
+      `${name}: ${p.errors} publishes failed (${s.ambiguous} deliveries of them seen anyway, not counted): ${p.firstError}`,
+    );
   if (name.startsWith('commitfeed')) for (const o of out) ctx.problems.push(`scenario ${scenario}, ${o}`);
   return out;
 }

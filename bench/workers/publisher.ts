@@ -31,6 +31,10 @@ export interface PublisherArgs {
 
 export interface PublisherResult {
   published: Record<string, number>;
+  /** Per stream: the sequence number the next event would have had (all below were attempted). */
+  nextSeq: Record<string, number>;
+  /** Per stream: sequence numbers whose publish failed (or timed out: it may still have committed). */
+  failedSeqs: Record<string, number[]>;
   total: number;
   errors: number;
   firstError?: string;
@@ -105,6 +109,7 @@ async function publish(a: PublisherArgs): Promise<PublisherResult> {
   const lat = new Recorder();
   let errors = 0;
   let firstError: string | undefined;
+  const failedSeqs: Record<string, number[]> = Object.fromEntries(a.streams.map((s) => [s, []]));
   let throttled = 0;
   let stopped = false;
   if (a.mode !== 'closed')
@@ -127,6 +132,7 @@ async function publish(a: PublisherArgs): Promise<PublisherResult> {
     } catch (err) {
       errors++;
       firstError ??= (err as Error).message;
+      failedSeqs[stream].push(s);
     }
   };
 
@@ -163,6 +169,8 @@ async function publish(a: PublisherArgs): Promise<PublisherResult> {
   const total = Object.values(published).reduce((x, y) => x + y, 0);
   const result: PublisherResult = {
     published,
+    nextSeq: Object.fromEntries(seq),
+    failedSeqs,
     total,
     errors,
     firstError,

@@ -3,7 +3,8 @@
 // payload, and checks delivery: every subscriber got every event of its stream exactly once, and
 // all subscribers of a stream saw the same order.
 //
-// Protocol with the parent: → ready {connected, failed}  ← expect {counts, drainMs}  → result.
+// Protocol with the parent: → ready {connected, failed}  ← expect {nextSeq, failedSeqs, drainMs}
+// → result. Expected per stream: every s below nextSeq whose publish did not fail.
 // In catch-up mode it also sends → caughtup once the preloaded events have all arrived.
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
@@ -42,6 +43,8 @@ export interface SubscriberResult {
   missing: number;
   duplicates: number;
   firstDuplicate?: string;
+  /** Deliveries of events whose publish failed or timed out (they may have committed): not counted. */
+  ambiguous: number;
   /** Streams on which two subscribers saw a different order. */
   orderMismatches: number;
   strictOrderViolations: number;
@@ -69,6 +72,8 @@ class Sub {
   lastRecv = 0;
   maxGap = 0;
   held = 0;
+  /** Wanted events received (counted once 'expect' has arrived). */
+  got = 0;
   lastId: string | undefined;
   conn: SseConnection | undefined;
   ready = false;
@@ -80,8 +85,10 @@ runWorker(async () => {
   const subs = a.streams.map((s) => new Sub(s));
   const lat = new Recorder();
   let received = 0;
-  let strictViolations = 0;
-  let firstViolation: string | undefined;
+  // Sequence jumps seen by strict-order readers, judged at the end against the failed publishes.
+  const jumps: [number, number, string][] = [];
+  // After 'expect': per stream, 1 for each sequence number that must arrive.
+  let wanted: Record<string, Uint8Array> | undefined;
   let firstDuplicate: string | undefined;
   let reconnects = 0;
   let closes = 0;
@@ -114,7 +121,8 @@ runWorker(async () => {
       next.set(sub.seen);
       sub.seen = next;
     }
-    if (sub.seen[s]) {
+    const dup = sub.seen[s] === 1;
+    if (dup) {
       sub.dups++;
       firstDuplicate ??= `stream ${sub.stream}: s=${s} again (id ${id ?? '?'}, after s=${sub.lastS})`;
     } else {
@@ -122,10 +130,9 @@ runWorker(async () => {
       sub.received++;
     }
     sub.hash = (Math.imul(sub.hash, 31) + s + 1) | 0;
-    if (a.strictOrder && s !== sub.lastS + 1) {
-      strictViolations++;
-      firstViolation ??= `stream ${sub.stream}: got s=${s} after s=${sub.lastS}`;
-    }
+    if (a.strictOrder && s !== sub.lastS + 1 && jumps.length < 10_000) jumps.push([sub.lastS, s, sub.stream]);
+    const wv = wanted?.[sub.stream];
+    if (wv && s < wv.length && wv[s] === 1 && !dup) sub.got++;
     sub.lastS = s;
     if (sub.lastRecv > 0) sub.maxGap = Math.max(sub.maxGap, now - sub.lastRecv);
     sub.lastRecv = now;
@@ -304,13 +311,28 @@ runWorker(async () => {
     process.stderr.write(`  ${a.label}: ${received} events received\n`);
   }, 5000);
 
-  // ---- wait for the publisher's counts, then for every subscriber to have them all
+  // ---- wait for the publisher's numbers, then for every subscriber to have every wanted event
   const expect = await fromParent('expect');
-  const counts = expect['counts'] as Record<string, number>;
+  const nextSeq = expect['nextSeq'] as Record<string, number>;
+  const failedSeqs = (expect['failedSeqs'] ?? {}) as Record<string, number[]>;
   const drainMs = Number(expect['drainMs'] ?? 5000);
+  const w: Record<string, Uint8Array> = {};
+  const wantCount: Record<string, number> = {};
+  for (const [stream, n] of Object.entries(nextSeq)) {
+    const arr = new Uint8Array(n).fill(1);
+    for (const f of failedSeqs[stream] ?? []) if (f < n) arr[f] = 0;
+    w[stream] = arr;
+    wantCount[stream] = n - (failedSeqs[stream]?.length ?? 0);
+  }
+  for (const sub of subs) {
+    const arr = w[sub.stream] ?? new Uint8Array(0);
+    let got = 0;
+    for (let i = 0; i < Math.min(arr.length, sub.seen.length); i++) got += arr[i] & sub.seen[i];
+    sub.got = got;
+  }
+  wanted = w;
   const tDrain = monoMs();
-  const want = (sub: Sub) => counts[sub.stream] ?? 0;
-  const allIn = () => subs.every((s) => !s.ready || s.received >= want(s));
+  const allIn = () => subs.every((s) => !s.ready || s.got >= (wantCount[s.stream] ?? 0));
   while (!allIn() && monoMs() - tDrain < drainMs) await new Promise((r) => setTimeout(r, 20));
   const drainSec = (monoMs() - tDrain) / 1000;
   finished = true;
@@ -324,15 +346,15 @@ runWorker(async () => {
   let duplicates = 0;
   let maxGap = 0;
   let heldMarkers = 0;
+  let ambiguous = 0;
   const hashes = new Map<string, Set<number>>();
   for (const sub of subs) {
-    const n = want(sub);
+    const n = wantCount[sub.stream] ?? 0;
     expected += n;
-    let have = 0;
-    for (let i = 0; i < Math.min(n, sub.seen.length); i++) have += sub.seen[i];
-    const miss = n - have;
+    const miss = n - sub.got;
     missing += miss;
     duplicates += sub.dups;
+    for (const f of failedSeqs[sub.stream] ?? []) if (sub.seen[f]) ambiguous++;
     if (miss === 0 && sub.dups === 0) complete++;
     maxGap = Math.max(maxGap, sub.maxGap);
     heldMarkers += sub.held;
@@ -342,6 +364,18 @@ runWorker(async () => {
       hashes.set(sub.stream, set);
     }
     set.add(sub.hash);
+  }
+  // A jump over sequence numbers is a violation unless every skipped one failed to publish.
+  let strictViolations = 0;
+  let firstViolation: string | undefined;
+  for (const [from, to, stream] of jumps) {
+    const arr = w[stream];
+    let bad = to <= from;
+    for (let k = from + 1; !bad && k < to; k++) bad = arr !== undefined && k < arr.length && arr[k] === 1;
+    if (bad) {
+      strictViolations++;
+      firstViolation ??= `stream ${stream}: got s=${to} right after s=${from}`;
+    }
   }
   let orderMismatches = 0;
   for (const set of hashes.values()) if (set.size > 1) orderMismatches++;
@@ -356,6 +390,7 @@ runWorker(async () => {
     missing,
     duplicates,
     firstDuplicate,
+    ambiguous,
     orderMismatches,
     strictOrderViolations: strictViolations,
     firstViolation,

@@ -3,7 +3,7 @@
  * the batcher (one autocommit statement), the HTTP transaction endpoint and the library API (the
  * caller's transaction).
  */
-import { sql } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { type Cursor, compareCursors, horizonCursor } from './cursor.ts';
 
@@ -63,13 +63,48 @@ function toEvent(r: Row): FeedEvent {
   };
 }
 
-const keyOf = (stream: string, key: string) => `${stream}\u0000${key}`;
+/**
+ * The one write implementation is the SQL function `commitfeed.append` (migrations/0003_outbox.ts):
+ * it validates, drops keys already in the stream, inserts, and notifies once. The batcher, the HTTP
+ * transaction endpoint, the library API (src/index.ts) and `commitfeed.publish` all go through it.
+ */
+export const APPEND_SQL =
+  'select cursor, duplicate from commitfeed.append($1::text[], $2::text[], $3::text[], $4::json[])';
+
+/** APPEND_SQL's parameters: one array per column. */
+export function appendParams(events: readonly EventInput[]): unknown[] {
+  const n = events.length;
+  const streams = new Array<string>(n);
+  const types = new Array<string | null>(n);
+  const keys = new Array<string | null>(n);
+  const datas = new Array<string>(n);
+  for (let i = 0; i < n; i++) {
+    const e = events[i];
+    streams[i] = e.stream;
+    types[i] = e.type;
+    keys[i] = e.key;
+    datas[i] = e.data;
+  }
+  return [streams, types, keys, datas];
+}
+
+/** APPEND_SQL's rows (one per event, in order) as results. */
+export function appendResults(
+  events: readonly EventInput[],
+  rows: readonly { cursor: string; duplicate: boolean }[],
+): AppendResult[] {
+  if (rows.length !== events.length) {
+    throw new Error(`commitfeed.append returned ${rows.length} rows for ${events.length} events`);
+  }
+  return rows.map((r, i) => ({ id: r.cursor, stream: events[i].stream, duplicate: r.duplicate }));
+}
 
 /**
  * Appends events in one statement and notifies the feed channel once; the notification is delivered
  * at the commit of `db`'s transaction (or of the statement itself when `db` is not a transaction).
  * Events with a `key` already present in their stream are not appended: their result carries the
- * original event's id and `duplicate: true` (the unique index makes this hold under concurrent retries).
+ * original event's id and `duplicate: true` (the unique index makes this hold under concurrent
+ * retries); a key repeated within the call is appended once, later copies report the first.
  *
  * @example
  *   await db.transaction().execute(async (trx) => {
@@ -78,84 +113,11 @@ const keyOf = (stream: string, key: string) => `${stream}\u0000${key}`;
  *   });
  */
 export async function appendEvents(db: Db, events: readonly EventInput[]): Promise<AppendResult[]> {
-  // A key repeated within the call is appended once; later copies report the first.
-  const firstOfKey = new Map<string, number>();
-  const unique: EventInput[] = [];
-  const slot: number[] = []; // events[i] -> index in unique
-  for (const e of events) {
-    if (e.key !== null) {
-      const k = keyOf(e.stream, e.key);
-      const seen = firstOfKey.get(k);
-      if (seen !== undefined) {
-        slot.push(seen);
-        continue;
-      }
-      firstOfKey.set(k, unique.length);
-    }
-    slot.push(unique.length);
-    unique.push(e);
-  }
-
-  const { rows } = await sql<{ txid: string; id: string; key: string | null; stream: string }>`
-    with ins as (
-      insert into commitfeed.feed (stream, type, key, data)
-      select * from unnest(${unique.map((e) => e.stream)}::text[], ${unique.map((e) => e.type)}::text[],
-                           ${unique.map((e) => e.key)}::text[], ${unique.map((e) => e.data)}::json[])
-      on conflict (stream, key) where key is not null do nothing
-      returning txid, id, stream, key
-    )
-    select txid::text as txid, id::text as id, stream, key,
-           (select pg_notify(${FEED_CHANNEL}, '')) as notified
-    from ins`.execute(db);
-
-  // RETURNING yields rows in insertion order; rows skipped by ON CONFLICT are absent, so keyed rows
-  // are matched by (stream, key) and unkeyed ones by position among the unkeyed.
-  const results: (AppendResult | undefined)[] = new Array(unique.length);
-  const byKey = new Map<string, AppendResult>();
-  let r = 0;
-  for (const row of rows) {
-    const res: AppendResult = { id: `${row.txid}-${row.id}`, stream: row.stream, duplicate: false };
-    if (row.key !== null) byKey.set(keyOf(row.stream, row.key), res);
-    else {
-      while (unique[r].key !== null) r++;
-      results[r++] = res;
-    }
-  }
-  const missing: EventInput[] = [];
-  unique.forEach((e, i) => {
-    if (e.key === null) return;
-    const found = byKey.get(keyOf(e.stream, e.key));
-    if (found) results[i] = found;
-    else missing.push(e);
-  });
-  if (missing.length > 0) {
-    const existing = await findByKeys(db, missing);
-    unique.forEach((e, i) => {
-      if (results[i] || e.key === null) return;
-      const id = existing.get(keyOf(e.stream, e.key));
-      if (!id)
-        throw new Error(
-          `event with key ${JSON.stringify(e.key)} in ${e.stream} conflicted but was not found`,
-        );
-      results[i] = { id, stream: e.stream, duplicate: true };
-    });
-  }
-  const seenSlot = new Set<number>();
-  return slot.map((s) => {
-    const res = results[s]!;
-    if (seenSlot.has(s)) return { ...res, duplicate: true };
-    seenSlot.add(s);
-    return res;
-  });
-}
-
-async function findByKeys(db: Db, events: EventInput[]): Promise<Map<string, string>> {
-  const { rows } = await sql<{ stream: string; key: string; txid: string; id: string }>`
-    select f.stream, f.key, f.txid::text as txid, f.id::text as id
-    from commitfeed.feed f
-    join unnest(${events.map((e) => e.stream)}::text[], ${events.map((e) => e.key)}::text[]) as k(stream, key)
-      on f.stream = k.stream and f.key = k.key`.execute(db);
-  return new Map(rows.map((r) => [keyOf(r.stream, r.key), `${r.txid}-${r.id}`]));
+  if (events.length === 0) return [];
+  const { rows } = await db.executeQuery<{ cursor: string; duplicate: boolean }>(
+    CompiledQuery.raw(APPEND_SQL, appendParams(events)),
+  );
+  return appendResults(events, rows);
 }
 
 export interface TailPage {

@@ -10,7 +10,15 @@ export const NAME_PATTERN = '^[A-Za-z0-9._:-]{1,200}$';
 const NAME_RE = new RegExp(NAME_PATTERN);
 /** Event types become SSE `event:` fields: no line breaks or control characters. */
 export const TYPE_PATTERN = '^[^\\u0000-\\u001f\\u007f]{1,200}$';
-const TYPE_RE = new RegExp(TYPE_PATTERN);
+// `u`: lengths count characters (code points), as the route schemas (ajv) and commitfeed.append do.
+const TYPE_RE = new RegExp(TYPE_PATTERN, 'u');
+
+/** Length in characters (code points); `.length` counts UTF-16 units. */
+function codePoints(s: string): number {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+}
 
 export function assertName(name: unknown, what = 'stream'): asserts name is string {
   if (typeof name !== 'string' || !NAME_RE.test(name)) {
@@ -52,7 +60,9 @@ export function toEventInput(
   }
   if (
     body.key !== undefined &&
-    (typeof body.key !== 'string' || body.key.length < 1 || body.key.length > 200)
+    (typeof body.key !== 'string' ||
+      body.key.length < 1 ||
+      (body.key.length > 200 && codePoints(body.key) > 200))
   ) {
     throw new ApiError(400, 'invalid_request', `${where}.key must be a string of 1-200 characters`);
   }

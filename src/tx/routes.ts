@@ -1,0 +1,30 @@
+/**
+ * `POST /v1/tx`: several operations, one transaction. No SQL here: ops are checked and run by ops.ts.
+ */
+import type { FastifyInstance } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { Config } from '../config.ts';
+import type { Database } from '../db/database.ts';
+import type { Feed } from '../feed/feed.ts';
+import { MAX_OPS, parseOps, runOps } from './ops.ts';
+import { txBody, txResponse } from './schemas.ts';
+
+export function txRoutes(
+  app: FastifyInstance,
+  deps: { db: Kysely<Database>; feed: Feed; config: Config },
+): void {
+  app.post<{ Body: { ops: unknown[] } }>(
+    '/v1/tx',
+    {
+      schema: {
+        summary: `Run 1-${MAX_OPS} operations in one transaction (all or nothing)`,
+        body: txBody,
+        response: txResponse,
+      },
+    },
+    async (request) => {
+      const ops = parseOps(request.body.ops, deps.config.maxEventBytes);
+      return { results: await runOps(deps, ops) };
+    },
+  );
+}

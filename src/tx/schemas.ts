@@ -1,0 +1,60 @@
+/**
+ * Schemas of `POST /v1/tx`. The body schema checks the envelope only: each op is checked by ops.ts
+ * with the shared validation, so an error names the op (`ops[3].publish.stream: ...`).
+ */
+import { errorSchema } from '../streams/schemas.ts';
+import { MAX_OPS } from './ops.ts';
+
+export const txBody = {
+  type: 'object',
+  required: ['ops'],
+  additionalProperties: false,
+  properties: {
+    ops: {
+      type: 'array',
+      minItems: 1,
+      maxItems: MAX_OPS,
+      // No constraints here: ops.ts checks each op so that errors name it (`ops[3].publish.stream`).
+      items: {
+        description:
+          'an object with "publish": {stream, data, type?, key?} (the body of POST ' +
+          '/v1/streams/{stream}/events, plus "stream")',
+      },
+    },
+  },
+} as const;
+
+const published = {
+  type: 'object',
+  properties: { id: { type: 'string' }, stream: { type: 'string' }, duplicate: { type: 'boolean' } },
+} as const;
+
+export const txResponse = {
+  200: {
+    type: 'object',
+    properties: {
+      results: {
+        type: 'array',
+        description: "one per op, in order: the op's kind and its result",
+        items: {
+          type: 'object',
+          properties: {
+            publish: published,
+            enqueue: {
+              type: 'object',
+              properties: {
+                id: { type: 'string' },
+                queue: { type: 'string' },
+                duplicate: { type: 'boolean' },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+  400: errorSchema,
+  413: errorSchema,
+  415: errorSchema,
+  503: errorSchema,
+} as const;
