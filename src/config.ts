@@ -36,7 +36,41 @@ export interface Config {
   maxSseConnections: number;
   /** An SSE subscriber whose socket has taken no bytes for this long is dropped (it resumes by id), in ms. */
   slowSubscriberMaxMs: number;
+  /** Feed events (and dead queue jobs) older than this are dropped by the janitor, in ms. */
+  retentionMs: number;
+  /** Time span of one feed partition, in ms (the unit in which history is dropped). */
+  partitionIntervalMs: number;
+  /** Partitions kept created ahead of the clock (inserts never wait for a partition to be made). */
+  partitionPremake: number;
+  /** How long an idempotency key keeps deduplicating after its event was appended, in ms. */
+  dedupWindowMs: number;
+  /** How often the janitor runs, in ms; 0 disables it in this process (run `npm run maint -- run`). */
+  janitorIntervalMs: number;
+  /** Longest the janitor waits for a table lock before giving up until its next run, in ms. */
+  janitorLockTimeoutMs: number;
 }
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A duration: `7d`, `12h`, `30m`, `45s`, `500ms`, or a bare number of milliseconds. */
+export function parseDuration(text: string): number | undefined {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/.exec(text);
+  if (!m) return undefined;
+  const ms = Number(m[1]) * UNITS[m[2] ?? 'ms'];
+  return Number.isFinite(ms) ? Math.round(ms) : undefined;
+}
+
+function duration(env: NodeJS.ProcessEnv, name: string, dflt: string, minMs: number): number {
+  const raw = env[name] || dflt;
+  const ms = parseDuration(raw);
+  if (ms === undefined || ms < minMs) {
+    throw new Error(
+      `${name} must be a duration such as 7d, 12h, 30m, 45s or 500ms, at least ${minMs} ms (got ${JSON.stringify(raw)})`,
+    );
+  }
+  return ms;
+}
+
 
 function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min = 0): number {
   const raw = env[name];
@@ -68,6 +102,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     statementTimeoutMs: int(env, 'STATEMENT_TIMEOUT_MS', 30000, 100),
     maxSseConnections: int(env, 'MAX_SSE_CONNECTIONS', 20000, 1),
     slowSubscriberMaxMs: int(env, 'SLOW_SUBSCRIBER_MAX_MS', 30000, 100),
+    retentionMs: duration(env, 'RETENTION', '7d', 1000),
+    partitionIntervalMs: duration(env, 'PARTITION_INTERVAL', '1d', 1000),
+    partitionPremake: int(env, 'PARTITION_PREMAKE', 3, 1),
+    dedupWindowMs: duration(env, 'DEDUP_WINDOW', '7d', 1000),
+    janitorIntervalMs: duration(env, 'JANITOR_INTERVAL', '5m', 0),
+    janitorLockTimeoutMs: int(env, 'JANITOR_LOCK_TIMEOUT_MS', 1000, 10),
   };
 }
 

@@ -8,6 +8,7 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import { Batcher } from './batcher.ts';
 import { Hub } from './hub.ts';
+import { Janitor } from './janitor.ts';
 import { Listener } from './listener.ts';
 import { Tailer } from './tailer.ts';
 
@@ -21,6 +22,14 @@ export interface FeedOptions {
   heartbeatMs: number;
   sseRetryMs: number;
   slowSubscriberMaxMs?: number;
+  /** Retention (src/config.ts; the server passes the whole config). Without janitorIntervalMs the
+   * janitor never runs on its own. */
+  retentionMs?: number;
+  partitionIntervalMs?: number;
+  partitionPremake?: number;
+  dedupWindowMs?: number;
+  janitorIntervalMs?: number;
+  janitorLockTimeoutMs?: number;
   log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
 }
 
@@ -29,6 +38,7 @@ export class Feed {
   readonly tailer: Tailer;
   readonly hub: Hub;
   readonly listener: Listener;
+  readonly janitor: Janitor;
 
   constructor(opts: FeedOptions) {
     this.tailer = new Tailer(opts.db, {
@@ -49,6 +59,16 @@ export class Feed {
       maxEvents: opts.batchMaxEvents,
       onCommit: () => this.tailer.wake(),
     });
+    const day = 86_400_000;
+    this.janitor = new Janitor(opts.db, {
+      retentionMs: opts.retentionMs ?? 7 * day,
+      partitionIntervalMs: opts.partitionIntervalMs ?? day,
+      partitionPremake: opts.partitionPremake ?? 3,
+      dedupWindowMs: opts.dedupWindowMs ?? 7 * day,
+      janitorIntervalMs: opts.janitorIntervalMs ?? 0,
+      janitorLockTimeoutMs: opts.janitorLockTimeoutMs ?? 1000,
+      log: opts.log,
+    });
     this.listener = new Listener({
       url: opts.databaseUrl,
       onNotify: () => this.tailer.wake(),
@@ -59,6 +79,7 @@ export class Feed {
   async start(): Promise<void> {
     await this.tailer.start();
     await this.listener.start();
+    this.janitor.start();
   }
 
   /** Ends SSE subscribers with `retry:` hints, finishes in-flight writes, then stops reading. */
@@ -67,5 +88,6 @@ export class Feed {
     await this.batcher.close();
     this.tailer.stop();
     await this.listener.stop();
+    await this.janitor.stop();
   }
 }

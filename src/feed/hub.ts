@@ -66,6 +66,12 @@ export function sseFrame(e: FeedEvent): string {
   return e.frame;
 }
 
+/** The in-band "you missed events" signal: retention dropped events at or before `mark`. */
+export function resetFrame(mark: Cursor): string {
+  const c = `${mark.txid}-${mark.id}`;
+  return `id: ${c}\nevent: reset\ndata: {"reason":"trimmed","resumeFrom":"${c}"}\n\n`;
+}
+
 /** Largest chunk a catch-up writes before checking backpressure. */
 const CHUNK_BYTES = 64 * 1024;
 
@@ -212,13 +218,20 @@ export class Hub {
           sub.live = true;
           return;
         }
-        const { events, position } = await this.tailer.read(
+        const { events, position, reset } = await this.tailer.read(
           sub.streams,
           sub.streamSet,
           sub.cursor,
           this.opts.pageSize,
         );
         if (sub.closed) return;
+        if (reset) {
+          // Retention dropped events past this cursor: say so before anything else, then go on
+          // from the trim mark (the frame's id moves the client's Last-Event-ID there too).
+          sub.sink.write(resetFrame(reset));
+          sub.cursor = position;
+          continue;
+        }
         let chunk = '';
         let ok = true;
         this.stats.frames += events.length;

@@ -5,7 +5,7 @@
  */
 import { CompiledQuery, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-import { type Cursor, compareCursors, horizonCursor } from './cursor.ts';
+import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
 
 /** The one channel every feed write notifies (payload empty: the feed, not the notify, is the truth). */
 export const FEED_CHANNEL = 'commitfeed_feed';
@@ -126,6 +126,9 @@ export interface TailPage {
   horizon: number;
   /** Committed rows exist past the cursor but behind the horizon (an older transaction is still open). */
   waiting: boolean;
+  /** The highest cursor retention has dropped, from the same snapshot (see Tailer: a tailer behind it
+   * may have missed rows, so its window must not claim to cover them). */
+  trimMark: Cursor;
 }
 
 /**
@@ -134,14 +137,16 @@ export interface TailPage {
  * commit in between.
  */
 export async function readTail(db: Db, after: Cursor, limit: number): Promise<TailPage> {
-  const { rows } = await sql<Row & { horizon: string; waiting: boolean }>`
+  const { rows } = await sql<Row & { horizon: string; waiting: boolean; mark_txid: string; mark_id: string }>`
     with h as (
-      select s.xmin,
+      select s.xmin, (select m.txid from commitfeed.trim_mark m) as mark_txid,
+             (select m.id from commitfeed.trim_mark m) as mark_id,
              exists (select 1 from commitfeed.feed w
                      where w.txid >= s.xmin and (w.txid, w.id) > (${String(after.txid)}::xid8, ${after.id}::int8)) as waiting
       from (select pg_snapshot_xmin(pg_current_snapshot()) as xmin) s
     )
-    select h.xmin::text as horizon, h.waiting, p.txid::text as txid, p.id::text as id,
+    select h.xmin::text as horizon, h.waiting, h.mark_txid::text as mark_txid, h.mark_id::text as mark_id,
+           p.txid::text as txid, p.id::text as id,
            p.stream, p.type, p.key, p.data::text as data, p.ms
     from h left join lateral (
       select f.txid, f.id, f.stream, f.type, f.key, f.data,
@@ -156,13 +161,16 @@ export async function readTail(db: Db, after: Cursor, limit: number): Promise<Ta
   return {
     horizon: Number(first.horizon),
     waiting: first.waiting,
+    trimMark: { txid: Number(first.mark_txid ?? 0), id: Number(first.mark_id ?? 0) },
     events: first.txid === null ? [] : rows.map(toEvent),
   };
 }
 
 /**
  * Events of `streams` in (after, upTo], in feed order: the catch-up read. `upTo` must be a position
- * the tailer has reached, so every row up to it is from a finished transaction.
+ * the tailer has reached, so every row up to it is from a finished transaction. `trimMark` (the
+ * highest cursor retention has dropped) comes from the same statement, so from the same snapshot as
+ * the rows: a reader that finds `after` below it may have missed events (see Tailer.read).
  */
 export async function readRange(
   db: Db,
@@ -170,23 +178,31 @@ export async function readRange(
   after: Cursor,
   upTo: Cursor,
   limit: number,
-): Promise<FeedEvent[]> {
-  if (compareCursors(after, upTo) >= 0) return [];
+): Promise<{ events: FeedEvent[]; trimMark: Cursor }> {
+  if (compareCursors(after, upTo) >= 0) return { events: [], trimMark: START };
   // A single stream uses `=` so the (stream, txid, id) index returns rows already in order.
   const streamFilter =
     streams.length === 1
       ? sql`f.stream = ${streams[0]}`
       : sql`f.stream = any(${streams as string[]}::text[])`;
-  const { rows } = await sql<Row>`
-    select f.txid::text as txid, f.id::text as id, f.stream, f.type, f.key, f.data::text as data,
-           extract(epoch from f.created_at)::float8 * 1000 as ms
-    from commitfeed.feed f
-    where ${streamFilter}
-      and (f.txid, f.id) > (${String(after.txid)}::xid8, ${after.id}::int8)
-      and (f.txid, f.id) <= (${String(upTo.txid)}::xid8, ${upTo.id}::int8)
-    order by f.txid, f.id
-    limit ${limit}`.execute(db);
-  return rows.map(toEvent);
+  const { rows } = await sql<Row & { mark_txid: string; mark_id: string }>`
+    select m.txid::text as mark_txid, m.id::text as mark_id,
+           p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
+    from commitfeed.trim_mark m left join lateral (
+      select f.txid, f.id, f.stream, f.type, f.key, f.data,
+             extract(epoch from f.created_at)::float8 * 1000 as ms
+      from commitfeed.feed f
+      where ${streamFilter}
+        and (f.txid, f.id) > (${String(after.txid)}::xid8, ${after.id}::int8)
+        and (f.txid, f.id) <= (${String(upTo.txid)}::xid8, ${upTo.id}::int8)
+      order by f.txid, f.id
+      limit ${limit}
+    ) p on true
+    order by p.txid, p.id`.execute(db);
+  const first = rows[0];
+  if (first === undefined) return { events: [], trimMark: START };
+  const trimMark = { txid: Number(first.mark_txid), id: Number(first.mark_id) };
+  return { events: first.txid === null ? [] : rows.map(toEvent), trimMark };
 }
 
 /** The current horizon as a cursor: every event of a finished transaction is at or before it. */

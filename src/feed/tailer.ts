@@ -12,7 +12,7 @@
  * past rows actually handed to the hub, so nothing is skipped when the database comes back.
  */
 import type { Db } from '../db/database.ts';
-import { type Cursor, compareCursors, horizonCursor } from './cursor.ts';
+import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { type FeedEvent, currentHorizon, readRange, readTail } from './queries.ts';
 import { EventWindow } from './window.ts';
 
@@ -31,6 +31,9 @@ const ERROR_BACKOFF_MAX_MS = 5000;
 
 export class Tailer {
   private window!: EventWindow;
+  /** The window only vouches for cursors at or past this: rows below a trim mark the tailer had not
+   * yet read when it learned of it may be gone without ever reaching the window. */
+  private coverFloor: Cursor = START;
   private running = false;
   private again = false;
   private stopped = true;
@@ -96,6 +99,9 @@ export class Tailer {
         this.again = false;
         const covers = this.wakesRequested;
         const page = await readTail(this.db, this.window.tail, this.opts.pageSize);
+        if (compareCursors(this.window.tail, page.trimMark) < 0) {
+          this.coverFloor = maxCursor(this.coverFloor, page.trimMark);
+        }
         this.stats.reads++;
         this.stats.lastReadAt = Date.now();
         this.errorBackoffMs = 0;
@@ -173,18 +179,30 @@ export class Tailer {
    * Up to `limit` events of `streams` after `after`, from the window when it covers the cursor,
    * else from the table; never past the tail, so every event returned is final. `position` is where
    * the next read continues: the last event returned, or the tail when nothing else matched.
+   *
+   * `reset` (with no events): `after` is below the trim mark, so retention may have dropped events
+   * this reader never saw. The reader must say so in-band before anything else (an SSE `reset`
+   * frame, a `reset` property in JSON) and continue from `position`, the trim mark. A cursor the
+   * window covers needs no check: every event after it is in memory.
    */
   async read(
     streams: readonly string[],
     streamSet: ReadonlySet<string>,
     after: Cursor,
     limit: number,
-  ): Promise<{ events: FeedEvent[]; position: Cursor }> {
+  ): Promise<{ events: FeedEvent[]; position: Cursor; reset?: Cursor }> {
     const upTo = this.window.tail;
     if (compareCursors(after, upTo) >= 0) return { events: [], position: after };
-    const events = this.window.covers(after)
-      ? this.window.read(streamSet, after, limit)
-      : await readRange(this.db, streams, after, upTo, limit);
+    let events: FeedEvent[];
+    if (this.window.covers(after) && compareCursors(after, this.coverFloor) >= 0) {
+      events = this.window.read(streamSet, after, limit);
+    } else {
+      const range = await readRange(this.db, streams, after, upTo, limit);
+      if (compareCursors(after, range.trimMark) < 0) {
+        return { events: [], position: range.trimMark, reset: range.trimMark };
+      }
+      events = range.events;
+    }
     const position = events.length === limit ? events[events.length - 1] : upTo;
     return { events, position };
   }

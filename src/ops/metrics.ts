@@ -15,6 +15,7 @@ import type pg from 'pg';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
+import { type FeedStats, feedStats } from '../feed/retention.ts';
 
 export interface MetricsDeps {
   db: Kysely<Database>;
@@ -154,6 +155,58 @@ export function buildRegistry(deps: MetricsDeps): Registry {
         return -1;
       }
     },
+  );
+
+  // Retention (issue #7): one feedStats read per scrape (catalog sizes, one index probe), shared by
+  // the gauges below; -1 when the database cannot be read.
+  let statsAt = 0;
+  let statsP: Promise<FeedStats | undefined> = Promise.resolve(undefined);
+  const retention = () => {
+    if (Date.now() - statsAt > 1000) {
+      statsAt = Date.now();
+      statsP = feedStats(db).catch(() => undefined);
+    }
+    return statsP;
+  };
+  gauge(
+    'commitfeed_feed_bytes',
+    'Bytes on disk of the feed (every partition, indexes included)',
+    async () => {
+      const s = await retention();
+      return s ? s.bytes : -1;
+    },
+  );
+  gauge('commitfeed_feed_partitions', 'Partitions of the feed (the default partition included)', async () => {
+    const s = await retention();
+    return s ? s.partitions.length : -1;
+  });
+  gauge(
+    'commitfeed_feed_oldest_event_age_seconds',
+    'Age of the oldest retained event (0 when the feed is empty)',
+    async () => {
+      const s = await retention();
+      if (!s) return -1;
+      return s.oldestEventAt ? Math.max(0, (Date.now() - s.oldestEventAt.getTime()) / 1000) : 0;
+    },
+  );
+  gauge(
+    'commitfeed_janitor_last_run_timestamp_seconds',
+    'When the last maintenance run (by any instance) started, Unix time (0: never)',
+    async () => {
+      const s = await retention();
+      if (!s) return -1;
+      return s.lastRun ? s.lastRun.startedAt.getTime() / 1000 : 0;
+    },
+  );
+  gauge('commitfeed_janitor_last_run_duration_seconds', 'Duration of the last maintenance run', async () => {
+    const s = await retention();
+    if (!s) return -1;
+    return s.lastRun ? s.lastRun.durationMs / 1000 : 0;
+  });
+  mirror(
+    'commitfeed_janitor_runs_skipped_total',
+    'Maintenance runs this process skipped because another instance held the lock',
+    () => feed.janitor.stats.skipped,
   );
 
   const hub = feed.hub;

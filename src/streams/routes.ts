@@ -139,8 +139,15 @@ async function readStreams(
   reply.raw.on('close', () => abort.abort());
   let after = start;
   let events: FeedEvent[] = [];
+  // Set when retention dropped events past the cursor: reported in the body, reading on from the mark.
+  let reset: Cursor | undefined;
   for (;;) {
     const page = await feed.tailer.read(streams, streamSet, after, query.limit);
+    if (page.reset) {
+      reset = page.reset;
+      after = page.position;
+      continue;
+    }
     events = page.events;
     after = page.position;
     const left = deadline - Date.now();
@@ -149,9 +156,11 @@ async function readStreams(
     if (compareCursors(feed.tailer.position, after) > 0) continue;
     await feed.hub.waitForEvents(streams, left, abort.signal);
   }
-  const next = events.length > 0 ? events[events.length - 1].cursor : formatCursor(start);
+  const next = events.length > 0 ? events[events.length - 1].cursor : formatCursor(reset ?? start);
   reply.type('application/json');
-  return `{"events":[${events.map(eventJson).join(',')}],"next":"${next}"}`;
+  const resetJson =
+    reset === undefined ? '' : `,"reset":{"reason":"trimmed","resumeFrom":"${formatCursor(reset)}"}`;
+  return `{"events":[${events.map(eventJson).join(',')}],"next":"${next}"${resetJson}}`;
 }
 
 /** JSON for one event, with `data` passed through as stored (no parse, no re-serialise). */

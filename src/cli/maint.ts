@@ -1,0 +1,48 @@
+/**
+ * Operator command: `npm run maint -- run` does one maintenance pass now (partitions ahead, drops past
+ * RETENTION, key and dead-job trimming; skipped if another instance is doing one), `npm run maint --
+ * stats` prints feed statistics as JSON. Uses DATABASE_URL and the same settings as the server
+ * (environment or .env); migrations are applied first, as at start-up.
+ */
+import pino from 'pino';
+import { loadConfig, loadDotEnv } from '../config.ts';
+import { createDatabase } from '../db/database.ts';
+import { migrate } from '../db/migrate.ts';
+import { Janitor } from '../feed/janitor.ts';
+import { feedStats } from '../feed/retention.ts';
+
+loadDotEnv();
+const config = loadConfig();
+const command = process.argv[2];
+if (command !== 'run' && command !== 'stats') {
+  console.error('usage: npm run maint -- run | stats   (needs DATABASE_URL)');
+  process.exit(2);
+}
+if (!config.databaseUrl) {
+  console.error('DATABASE_URL is not set: point it at the commitfeed database');
+  process.exit(2);
+}
+const log = pino({ level: config.logLevel === 'silent' ? 'silent' : 'warn' });
+const { db } = createDatabase({
+  url: config.databaseUrl,
+  poolSize: 2,
+  statementTimeoutMs: config.statementTimeoutMs,
+  log,
+  applicationName: 'commitfeed-maint',
+});
+try {
+  await migrate(db);
+  if (command === 'run') {
+    const run = await new Janitor(db, { ...config, janitorIntervalMs: 0, log }).runOnce();
+    console.log(JSON.stringify(run, null, 2));
+    if (!run.ran) console.error('another instance is doing maintenance right now; nothing done');
+    process.exitCode = run.errors.length > 0 ? 1 : 0;
+  } else {
+    console.log(JSON.stringify(await feedStats(db), null, 2));
+  }
+} catch (err) {
+  console.error(`maintenance failed: ${(err as Error).message}`);
+  process.exitCode = 1;
+} finally {
+  await db.destroy();
+}

@@ -1,0 +1,219 @@
+/**
+ * The janitor: keeps the feed's partitions created ahead of the clock, drops whole partitions once
+ * they are older than the retention (raising the trim mark in the same transaction), and trims
+ * idempotency keys past the dedup window and dead queue jobs past the retention — never with a
+ * DELETE storm on a hot table.
+ *
+ * Lifecycle: one per process, started with the feed. Every `janitorIntervalMs` (and once at start) it
+ * tries a session advisory lock on a connection of its own: exactly one instance does maintenance at
+ * a time, the others skip that run (`stats.skipped`). `runOnce()` does one pass now (the operator
+ * command and tests call it, with a `now` of their choosing). `stop()` cancels the timer and waits
+ * for a run in progress.
+ * Failure: every step is its own short transaction with a lock timeout, so a busy feed costs a
+ * skipped step, not a stalled publish; a failed step is logged and recorded in
+ * commitfeed.janitor_runs, and the next run retries. Nothing is lost by a missed run: partitions are
+ * created several intervals ahead, and rows that find no partition go to the default partition.
+ */
+import { hostname } from 'node:os';
+import { type Kysely, sql } from 'kysely';
+import type { Database } from '../db/database.ts';
+import {
+  createPartition,
+  dropPartition,
+  listPartitions,
+  partitionName,
+  trimDefaultPartition,
+  trimKeys,
+} from './retention.ts';
+import { trimDeadJobs } from './retention-queues.ts';
+
+export interface JanitorOptions {
+  retentionMs: number;
+  partitionIntervalMs: number;
+  partitionPremake: number;
+  dedupWindowMs: number;
+  /** 0: no timer (maintenance only through runOnce). */
+  janitorIntervalMs: number;
+  janitorLockTimeoutMs: number;
+  log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
+  /** The clock (tests move it instead of sleeping for days). */
+  now?: () => Date;
+}
+
+export interface JanitorRun {
+  /** False when another instance held the lock: this one did nothing. */
+  ran: boolean;
+  created: string[];
+  dropped: string[];
+  defaultRowsTrimmed: number;
+  keysTrimmed: number;
+  deadJobsTrimmed: number;
+  errors: string[];
+  durationMs: number;
+}
+
+const LOCK_KEY = 'commitfeed.janitor';
+
+export class Janitor {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<JanitorRun> | undefined;
+  private stopped = true;
+  /** Read by /metrics. lastRunAt: epoch ms of the last run this process did (0: none). */
+  readonly stats = {
+    runs: 0,
+    skipped: 0,
+    errors: 0,
+    lastRunAt: 0,
+    lastDurationMs: 0,
+    dropped: 0,
+    created: 0,
+  };
+
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly opts: JanitorOptions,
+  ) {}
+
+  start(): void {
+    if (this.opts.janitorIntervalMs <= 0) return;
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.running?.catch(() => {});
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.runOnce().then(
+        () => this.schedule(this.opts.janitorIntervalMs),
+        () => this.schedule(this.opts.janitorIntervalMs),
+      );
+    }, ms);
+    this.timer.unref();
+  }
+
+  /**
+   * One maintenance pass, unless another instance is doing one (then `ran: false`).
+   *
+   * @example
+   *   const run = await new Janitor(db, { ...config, log }).runOnce(new Date());
+   */
+  runOnce(now: Date = this.opts.now?.() ?? new Date()): Promise<JanitorRun> {
+    // One pass at a time in this process too (the timer and an explicit call may overlap).
+    const p = (this.running ?? Promise.resolve()).catch(() => {}).then(() => this.pass(now));
+    this.running = p;
+    return p;
+  }
+
+  private async pass(now: Date): Promise<JanitorRun> {
+    const started = Date.now();
+    const run: JanitorRun = {
+      ran: false,
+      created: [],
+      dropped: [],
+      defaultRowsTrimmed: 0,
+      keysTrimmed: 0,
+      deadJobsTrimmed: 0,
+      errors: [],
+      durationMs: 0,
+    };
+    await this.db.connection().execute(async (conn) => {
+      const { rows } = await sql<{ ok: boolean }>`
+        select pg_try_advisory_lock(hashtext(${LOCK_KEY})) as ok`.execute(conn);
+      if (!rows[0].ok) {
+        this.stats.skipped++;
+        return;
+      }
+      run.ran = true;
+      try {
+        await this.step(run, 'partitions', () => this.ensurePartitions(conn, now, run));
+        await this.step(run, 'retention', () => this.dropExpired(conn, now, run));
+        const dedupBefore = new Date(now.getTime() - this.opts.dedupWindowMs);
+        await this.step(run, 'keys', async () => {
+          run.keysTrimmed = await trimKeys(conn, dedupBefore);
+        });
+        const before = new Date(now.getTime() - this.opts.retentionMs);
+        await this.step(run, 'queues', async () => {
+          run.deadJobsTrimmed = await trimDeadJobs(conn, before);
+        });
+        run.durationMs = Date.now() - started;
+        await sql`
+          insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
+          values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
+                  ${run.errors.length > 0 ? run.errors.join('; ') : null},
+                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed })}::jsonb)
+          on conflict (singleton) do update set started_at = excluded.started_at,
+            duration_ms = excluded.duration_ms, instance = excluded.instance, error = excluded.error,
+            summary = excluded.summary`
+          .execute(conn)
+          .catch((err: Error) => run.errors.push(`record: ${err.message}`));
+      } finally {
+        await sql`select pg_advisory_unlock(hashtext(${LOCK_KEY}))`.execute(conn).catch(() => {});
+      }
+    });
+    run.durationMs = Date.now() - started;
+    if (run.ran) {
+      this.stats.runs++;
+      this.stats.lastRunAt = started;
+      this.stats.lastDurationMs = run.durationMs;
+      this.stats.created += run.created.length;
+      this.stats.dropped += run.dropped.length;
+      this.stats.errors += run.errors.length;
+      if (run.created.length + run.dropped.length > 0 || run.errors.length > 0) {
+        this.opts.log.info(
+          { created: run.created, dropped: run.dropped, errors: run.errors, ms: run.durationMs },
+          'feed maintenance',
+        );
+      }
+    }
+    return run;
+  }
+
+  private async step(run: JanitorRun, name: string, fn: () => Promise<void>): Promise<void> {
+    try {
+      await fn();
+    } catch (err) {
+      const message = (err as Error).message;
+      run.errors.push(`${name}: ${message}`);
+      this.opts.log.warn({ step: name, err: message }, 'feed maintenance step failed; retried next run');
+    }
+  }
+
+  /** Partitions up to `now + premake × interval`, continuing the series after the newest one. */
+  private async ensurePartitions(db: Kysely<Database>, now: Date, run: JanitorRun): Promise<void> {
+    const interval = this.opts.partitionIntervalMs;
+    const until = now.getTime() + this.opts.partitionPremake * interval;
+    const parts = await listPartitions(db);
+    const newest = Math.max(-Infinity, ...parts.filter((p) => p.to !== null).map((p) => p.to!));
+    let from = Number.isFinite(newest) ? newest : Math.floor(now.getTime() / interval) * interval;
+    // A janitor that was off for a long time: no point creating partitions entirely in the past.
+    if (from + interval <= now.getTime()) from = Math.floor(now.getTime() / interval) * interval;
+    for (; from < until; from += interval) {
+      const lo = new Date(from);
+      const ok = await createPartition(db, lo, new Date(from + interval), this.opts.janitorLockTimeoutMs);
+      if (ok) run.created.push(partitionName(lo));
+      else {
+        this.opts.log.warn(
+          { from: lo.toISOString() },
+          'feed rows for this range are in the default partition; they stay there (dropped by age)',
+        );
+      }
+    }
+  }
+
+  /** Drops every partition whose upper bound is at or before `now - retention`, oldest first. */
+  private async dropExpired(db: Kysely<Database>, now: Date, run: JanitorRun): Promise<void> {
+    const before = now.getTime() - this.opts.retentionMs;
+    for (const p of await listPartitions(db)) {
+      if (p.isDefault || p.to === null || p.to > before) continue;
+      await dropPartition(db, p, this.opts.janitorLockTimeoutMs);
+      run.dropped.push(p.name);
+    }
+    run.defaultRowsTrimmed = await trimDefaultPartition(db, new Date(before));
+  }
+}

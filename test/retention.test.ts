@@ -1,0 +1,300 @@
+// Retention (issue #7) against a real PostgreSQL: partitions roll and are dropped at the boundary
+// (the janitor's clock is passed in, never slept for), readers behind the trim mark get `reset` first
+// (SSE and JSON), two janitors at once, publishing during a drop, and the tail query's plan.
+import { type KyselyPlugin, type RootOperationNode, sql } from 'kysely';
+import t from 'tap';
+import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
+import { readTail } from '../src/feed/queries.ts';
+import { listPartitions, partitionName, readTrimMark } from '../src/feed/retention.ts';
+import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+
+const HOUR = 3_600_000;
+const DAY = 86_400_000;
+const todayUtc = () => Math.floor(Date.now() / DAY) * DAY;
+/** The janitor only runs when a test says so, with the clock the test gives it. */
+const retention = (over: Record<string, number> = {}) => ({
+  janitorIntervalMs: 0,
+  partitionIntervalMs: HOUR,
+  partitionPremake: 3,
+  retentionMs: DAY,
+  ...over,
+});
+
+const names = async (db: Parameters<typeof listPartitions>[0]) =>
+  (await listPartitions(db)).map((p) => p.name);
+
+async function readJson(url: string): Promise<{
+  events: { id: string; data: unknown }[];
+  next: string;
+  reset?: { reason: string; resumeFrom: string };
+}> {
+  const res = await fetch(url);
+  return (await res.json()) as never;
+}
+
+t.test('partitions roll ahead of the clock and are dropped exactly at the retention boundary', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, retention());
+  const db = sqlClient(t, dbUrl);
+  const d0 = todayUtc();
+  const day = (n: number) =>
+    `feed_p${new Date(d0 + n * DAY).toISOString().slice(0, 10).replaceAll('-', '')}_000000`;
+  t.same(await names(db), ['feed_history', day(0), day(1), day(2), 'feed_default'], 'after migration');
+
+  const a = await publish(server.url, 's', { data: 'today' });
+  // A row an hour into day 3 (created_at set by hand: the clock of the rows, not of the test).
+  await sql`insert into commitfeed.feed (stream, data, created_at)
+            values ('s', '"later"', ${new Date(d0 + 3 * DAY + 90 * 60_000).toISOString()}::timestamptz)`.execute(
+    db,
+  );
+  t.equal(
+    (
+      await sql<{
+        p: string;
+      }>`select tableoid::regclass::text as p from commitfeed.feed where data::text = '"later"'`.execute(db)
+    ).rows[0].p,
+    'commitfeed.feed_default',
+    'no partition yet: the default partition takes it',
+  );
+
+  // The clock at day 3, 00:30: partitions continue hourly after day 2, three hours ahead of the clock.
+  const janitor = server.feed.janitor;
+  let run = await janitor.runOnce(new Date(d0 + 3 * DAY + 30 * 60_000));
+  t.ok(run.ran);
+  t.same(run.errors, []);
+  const hourly = (h: number) => partitionName(new Date(d0 + 3 * DAY + h * HOUR));
+  // 01:00-02:00 holds the hand-made row in the default partition: it cannot be attached, it stays.
+  t.same(
+    run.created,
+    [hourly(0), hourly(2), hourly(3)],
+    'created ahead, skipping the range the default holds',
+  );
+  // Retention 1 day: everything that ended by day 2, 00:30 goes (history, day 0, day 1).
+  t.same(run.dropped, ['feed_history', day(0), day(1)]);
+  t.same(await names(db), [day(2), hourly(0), hourly(2), hourly(3), 'feed_default']);
+  const mark = await readTrimMark(db);
+  t.equal(`${mark.mark.txid}-${mark.mark.id}`, a.body.id, 'the trim mark is the highest cursor dropped');
+
+  // The boundary: at day 3, 00:00 + 1 day - 1 ms, day 2 (ending day 3, 00:00) is not old enough...
+  run = await janitor.runOnce(new Date(d0 + 4 * DAY - 1));
+  t.notOk(run.dropped.includes(day(2)), 'kept one millisecond before its end is a retention ago');
+  // ...and at exactly day 4, 00:00 it is dropped; the hourly partition after it is not.
+  run = await janitor.runOnce(new Date(d0 + 4 * DAY));
+  t.same(run.dropped, [day(2)]);
+  const after = await names(db);
+  t.ok(after.includes(hourly(0)));
+  t.ok(after.includes(hourly(24 + 2)), 'the series keeps rolling, three hours ahead of the clock');
+});
+
+t.test(
+  'a reader behind the trim mark gets reset first, then the retained events, once (SSE and JSON)',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const server = await startTestServer(t, dbUrl, retention());
+    const old = [];
+    for (let i = 0; i < 3; i++) old.push((await publish(server.url, 's', { data: `old ${i}` })).body.id);
+    // The clock a retention past the end of today: today's partition (and all before it) is dropped.
+    const run = await server.feed.janitor.runOnce(new Date(todayUtc() + 2 * DAY));
+    t.ok(run.dropped.length >= 2);
+    const kept = [];
+    for (let i = 0; i < 2; i++) kept.push((await publish(server.url, 's', { data: `new ${i}` })).body.id);
+    const mark = old[2];
+
+    // A second instance on the same database: its window is empty, it learns the mark from the table.
+    const other = await startTestServer(t, dbUrl, retention());
+    for (const s of [server, other]) {
+      const last = parseCursor(kept[1])!;
+      while (compareCursors(s.feed.tailer.position, last) < 0) await sleep(20);
+      const page = await readJson(`${s.url}/v1/streams/s/events?from=earliest`);
+      t.same(page.reset, { reason: 'trimmed', resumeFrom: mark }, 'earliest on trimmed history: reset');
+      t.same(
+        page.events.map((e) => e.id),
+        kept,
+        'then the retained events',
+      );
+      t.equal(page.next, kept[1]);
+      if (s === server) continue; // its window still holds the old events: nothing was lost for it
+      const behind = await readJson(`${s.url}/v1/streams/s/events?after=${old[0]}&limit=1`);
+      t.same(behind.reset?.resumeFrom, mark);
+      t.same(
+        behind.events.map((e) => e.id),
+        [kept[0]],
+      );
+      const atMark = await readJson(`${s.url}/v1/streams/s/events?after=${mark}`);
+      t.equal(atMark.reset, undefined, 'a cursor at the mark missed nothing: no reset');
+      t.same(
+        atMark.events.map((e) => e.id),
+        kept,
+      );
+    }
+
+    const sse = await openSse(t, `${other.url}/v1/streams/s/events`, { 'last-event-id': old[0] });
+    const got = await sse.waitFor(3);
+    t.same(
+      got.map((m) => [m.event, m.id]),
+      [
+        ['reset', mark],
+        [undefined, kept[0]],
+        [undefined, kept[1]],
+      ],
+      'reset first (its id moves Last-Event-ID to the mark), then each retained event once',
+    );
+    t.same(JSON.parse(got[0].data!), { reason: 'trimmed', resumeFrom: mark });
+    const live = await publish(server.url, 's', { data: 'live' });
+    await sse.waitFor(4);
+    await sleep(200);
+    t.same(
+      sse.received.map((m) => m.id),
+      [mark, ...kept, live.body.id],
+      'no duplicate',
+    );
+    const fromStart = await openSse(t, `${other.url}/v1/streams/s/events?from=earliest`);
+    t.same(
+      (await fromStart.waitFor(4)).map((m) => m.event ?? m.id),
+      ['reset', ...kept, live.body.id],
+    );
+  },
+);
+
+t.test('two janitors at once: one does the work, nothing breaks', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const a = await startTestServer(t, dbUrl, retention());
+  const b = await startTestServer(t, dbUrl, retention());
+  const db = sqlClient(t, dbUrl);
+  const start = todayUtc() + 3 * DAY;
+  let ran = 0;
+  for (let i = 0; i < 6; i++) {
+    const now = new Date(start + i * HOUR);
+    const runs = await Promise.all([a.feed.janitor.runOnce(now), b.feed.janitor.runOnce(now)]);
+    for (const r of runs) t.same(r.errors, [], 'no errors');
+    ran += runs.filter((r) => r.ran).length;
+  }
+  t.ok(ran >= 6, 'every round did its work');
+  // Hold the lock as a third instance would: both skip.
+  const held = await sql<{ ok: boolean }>`select pg_try_advisory_lock(hashtext('commitfeed.janitor')) as ok`;
+  await db.connection().execute(async (conn) => {
+    t.ok((await held.execute(conn)).rows[0].ok);
+    const runs = await Promise.all([a.feed.janitor.runOnce(), b.feed.janitor.runOnce()]);
+    t.same(
+      runs.map((r) => r.ran),
+      [false, false],
+      'while another instance holds the lock, they skip',
+    );
+    await sql`select pg_advisory_unlock(hashtext('commitfeed.janitor'))`.execute(conn);
+  });
+  const parts = await names(db);
+  t.equal(new Set(parts).size, parts.length);
+  const last = new Date(start + 5 * HOUR + 2 * HOUR).toISOString();
+  t.ok(
+    parts.includes(
+      `feed_p${last.slice(0, 10).replaceAll('-', '')}_${last.slice(11, 19).replaceAll(':', '')}`,
+    ),
+    'partitions made up to three hours ahead of the last clock',
+  );
+  const res = await publish(a.url, 's', { data: 1 });
+  t.equal(res.status, 201, 'publishing still works');
+});
+
+t.test('publishing while a partition is being dropped loses nothing', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, retention({ retentionMs: HOUR }));
+  const db = sqlClient(t, dbUrl);
+  // Old history to drop, in feed_history (before today).
+  await sql`insert into commitfeed.feed (stream, data, created_at)
+            select 's', to_json(g), '2020-01-01'::timestamptz + g * interval '1 second'
+            from generate_series(1, 20000) g`.execute(db);
+  server.feed.tailer.wake();
+  await server.feed.tailer.settled(5000);
+  const sub = await openSse(t, `${server.url}/v1/streams/s/events`);
+  const acked: string[] = [];
+  let stop = false;
+  const publishers = Array.from({ length: 8 }, async (_, w) => {
+    for (let i = 0; !stop; i++) {
+      const r = await publish(server.url, 's', { data: `${w}-${i}` });
+      if (r.status !== 201) throw new Error(`publish failed: ${r.status}`);
+      acked.push(r.body.id);
+    }
+  });
+  await sleep(300);
+  // Clock: an hour after today began, so exactly feed_history (ending today, 00:00) is too old.
+  const t0 = Date.now();
+  const run = await server.feed.janitor.runOnce(new Date(todayUtc() + HOUR));
+  t.comment(`drop took ${Date.now() - t0} ms, ${acked.length} publishes acknowledged by then`);
+  await sleep(300);
+  stop = true;
+  await Promise.all(publishers);
+  t.same(run.dropped, ['feed_history']);
+  t.same(run.errors, []);
+  t.ok(acked.length > 20, `${acked.length} publishes during the drop`);
+  const sorted = [...acked].sort((x, y) => {
+    const [xt, xi] = x.split('-').map(Number);
+    const [yt, yi] = y.split('-').map(Number);
+    return xt - yt || xi - yi;
+  });
+  await sub.waitFor(acked.length, 20000);
+  await sleep(200);
+  t.same(
+    sub.received.map((m) => m.id),
+    sorted,
+    'the live subscriber got every acknowledged publish once, in order',
+  );
+  const all: string[] = [];
+  let page = await readJson(`${server.url}/v1/streams/s/events?from=earliest&limit=1000`);
+  t.ok(page.reset, 'a reader from earliest is told history was trimmed');
+  for (;;) {
+    all.push(...page.events.map((e) => e.id));
+    if (page.events.length === 0) break;
+    page = await readJson(`${server.url}/v1/streams/s/events?after=${page.next}&limit=1000`);
+  }
+  t.same(all, sorted, 'and then reads every acknowledged publish once');
+});
+
+t.test('the tail query stays an index scan on every partition as the feed grows (EXPLAIN)', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, retention({ partitionPremake: 24 }));
+  const db = sqlClient(t, dbUrl);
+  await server.feed.janitor.runOnce(new Date(todayUtc() + 3 * DAY));
+  // 24 hourly partitions ahead plus the daily ones, 10,000 rows in each of the newest dozen.
+  for (let h = 0; h < 12; h++) {
+    const at = new Date(todayUtc() + 3 * DAY + h * HOUR).toISOString();
+    await sql`insert into commitfeed.feed (stream, data, created_at)
+              select 's' || (g % 50), to_json(g), ${at}::timestamptz + g * interval '1 ms'
+              from generate_series(1, 10000) g`.execute(db);
+  }
+  await sql`analyze commitfeed.feed`.execute(db);
+  const { rows } = await sql<{ txid: string; id: string }>`
+    select txid::text as txid, id::text as id from commitfeed.feed order by txid desc, id desc offset 100 limit 1`.execute(
+    db,
+  );
+  const cursor = { txid: Number(rows[0].txid), id: Number(rows[0].id) };
+  const plan: string[] = [];
+  const explain: KyselyPlugin = {
+    transformQuery: ({ node }) => {
+      if (node.kind !== 'RawNode') return node;
+      const [first, ...rest] = node.sqlFragments;
+      return { ...node, sqlFragments: [`explain (costs off) ${first}`, ...rest] } as RootOperationNode;
+    },
+    transformResult: async ({ result }) => {
+      for (const r of result.rows) plan.push(String((r as Record<string, unknown>)['QUERY PLAN']));
+      return result;
+    },
+  };
+  const full = (await listPartitions(db)).filter((p) => p.rowsEstimate > 0).map((p) => p.name);
+  t.equal(full.length, 12);
+  // Near the tail (the tailer's steady state) and far behind it (a tailer catching up).
+  for (const at of [cursor, { txid: 0, id: 0 }]) {
+    plan.length = 0;
+    await readTail(db.withPlugin(explain), at, 1000).catch(() => {});
+    const text = plan.join('\n');
+    const main = text.slice(text.indexOf('Nested Loop'));
+    t.comment(main.split('\n').slice(0, 6).join('\n'));
+    for (const name of full) {
+      t.match(
+        main,
+        new RegExp(`Index (Only )?Scan using ${name}_txid_id_idx on ${name} `),
+        `index scan on ${name}`,
+      );
+      t.notMatch(text, new RegExp(`Seq Scan on ${name} `), `no sequential scan of ${name}`);
+    }
+  }
+});
