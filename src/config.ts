@@ -71,7 +71,6 @@ function duration(env: NodeJS.ProcessEnv, name: string, dflt: string, minMs: num
   return ms;
 }
 
-
 function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min = 0): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return dflt;
