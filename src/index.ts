@@ -1,35 +1,35 @@
 /**
- * commitfeed as a library: publish events inside your application's own transaction (the
- * transactional outbox), next to your own writes. Both commit, or neither does; subscribers are
- * woken at your COMMIT (a `pg_notify` in your transaction), never for a rollback.
+ * commitfeed as a library: publish events and enqueue jobs inside your application's own
+ * transaction (the transactional outbox), next to your own writes. Both commit, or neither does;
+ * subscribers and waiting claimers are woken at your COMMIT (a `pg_notify` in your transaction),
+ * never for a rollback.
  *
- * Every function takes either a Kysely instance or transaction, or a node-postgres client (`pg.Client`,
- * a `PoolClient` inside BEGIN/COMMIT, or a `pg.Pool` for a single autocommit write). They check their
- * input with the HTTP API's rules (src/feed/validate.ts; an invalid input throws an `ApiError` with a
- * stable `code` before anything is sent) and write through the same SQL function as the server's
- * publish endpoint, `commitfeed.append` (migrations/0003_outbox.ts). The database needs commitfeed's
- * schema: start the service against it once, or call `migrate(db)`.
+ * Every function takes a Kysely transaction (or instance), a node-postgres client inside your
+ * BEGIN/COMMIT (`pg.Client`, `PoolClient`), or a `pg.Pool` (then each call is its own transaction).
+ * They check their input with the HTTP API's rules (src/feed/validate.ts, src/queues/validate.ts: an
+ * invalid input throws an `ApiError` with the API's `code` before anything is sent) and write with
+ * the server's own code: appendEvents (the SQL function `commitfeed.append`) and enqueueJobs. The
+ * database needs commitfeed's schema: start the service against it once, or call `migrate(kysely)`.
  */
-import type { Kysely } from 'kysely';
+import { Kysely, PostgresDialect, type PostgresPool } from 'kysely';
 import type { Db } from './db/database.ts';
-import {
-  APPEND_SQL,
-  type AppendResult,
-  type EventInput,
-  appendEvents,
-  appendParams,
-  appendResults,
-} from './feed/queries.ts';
+import { type AppendResult, type EventInput, appendEvents } from './feed/queries.ts';
 import { toEventInput } from './feed/validate.ts';
+import { type EnqueueResult, type JobInput, enqueueJobs } from './queues/queries.ts';
+import { type JobBody, toJobInput } from './queues/validate.ts';
 
 export { ApiError } from './errors.ts';
 export { migrate } from './db/migrate.ts';
 export type { AppendResult } from './feed/queries.ts';
+export type { EnqueueResult } from './queues/queries.ts';
+export type { Backoff } from './queues/validate.ts';
 
-/** What the library writes with: Kysely (an instance or a transaction) or a node-postgres client. */
+/** What the library writes with: Kysely (an instance or a transaction), a node-postgres client or pool. */
 export type Executor =
   // biome-ignore lint/suspicious/noExplicitAny: any application database type
-  Kysely<any> | { query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }> };
+  | Kysely<any>
+  // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature
+  | { query(text: string, values?: any[]): Promise<any> };
 
 export interface PublishOptions {
   /** The SSE event name (1-200 characters, no control characters). */
@@ -62,7 +62,7 @@ export async function publish(
   data: unknown,
   options: PublishOptions = {},
 ): Promise<AppendResult> {
-  const [result] = await write(trx, [toInput({ ...options, stream, data }, 'event')]);
+  const [result] = await publishMany(trx, [{ ...options, stream, data }]);
   return result;
 }
 
@@ -80,24 +80,102 @@ export async function publish(
  *   });
  */
 export async function publishMany(trx: Executor, events: readonly PublishInput[]): Promise<AppendResult[]> {
-  return write(
-    trx,
-    events.map((e, i) => toInput(e, `events[${i}]`)),
+  const inputs: EventInput[] = events.map(({ stream, ...body }, i) =>
+    toEventInput(stream, body, Number.POSITIVE_INFINITY, events.length === 1 ? 'event' : `events[${i}]`),
   );
+  return inputs.length === 0 ? [] : withDb(trx, (db) => appendEvents(db, inputs));
 }
 
-function toInput(e: PublishInput, where: string): EventInput {
-  const { stream, ...body } = e;
-  return toEventInput(stream, body, Number.POSITIVE_INFINITY, where);
+export type EnqueueOptions = Omit<JobBody, 'payload'>;
+
+export interface EnqueueInput extends EnqueueOptions {
+  queue: string;
+  /** Any JSON value, handed to the worker as is. */
+  payload: unknown;
+}
+
+/**
+ * Puts one job on `queue` in `trx`'s transaction; waiting claimers are woken at commit. `duplicate`
+ * is true when `key` matches a job of the queue not yet completed (nothing enqueued; `id` is that
+ * job's). Options as for `POST /v1/queues/{queue}/jobs`: `delay` or `runAt`, `priority`, `key`,
+ * `maxAttempts`, `backoff`.
+ *
+ * @example
+ *   import { enqueue } from 'commitfeed';
+ *   await db.transaction().execute(async (trx) => {
+ *     await trx.insertInto('orders').values({ id: 42, total: 9.5 }).execute();
+ *     await enqueue(trx, 'emails', { to: 'ada@example.com', order: 42 }, { key: 'confirm-42', delay: 60 });
+ *   });
+ */
+export async function enqueue(
+  trx: Executor,
+  queue: string,
+  payload: unknown,
+  options: EnqueueOptions = {},
+): Promise<EnqueueResult> {
+  const [result] = await enqueueMany(trx, [{ ...options, queue, payload }]);
+  return result;
+}
+
+/**
+ * Puts several jobs (on any queues) in `trx`'s transaction; results in the same order. All are
+ * checked before any is sent.
+ *
+ * @example
+ *   await client.query('BEGIN');
+ *   await enqueueMany(client, [
+ *     { queue: 'emails', payload: { order: 42 } },
+ *     { queue: 'invoices', payload: { order: 42 }, priority: -1 },
+ *   ]);
+ *   await client.query('COMMIT');
+ */
+export async function enqueueMany(trx: Executor, jobs: readonly EnqueueInput[]): Promise<EnqueueResult[]> {
+  const inputs: JobInput[] = jobs.map(({ queue, ...body }, i) =>
+    toJobInput(queue, body, Number.POSITIVE_INFINITY, jobs.length === 1 ? 'job' : `jobs[${i}]`),
+  );
+  return inputs.length === 0 ? [] : withDb(trx, (db) => enqueueJobs(db, inputs));
 }
 
 function isKysely(x: Executor): x is Kysely<unknown> {
   return typeof (x as { executeQuery?: unknown }).executeQuery === 'function';
 }
 
-async function write(trx: Executor, events: readonly EventInput[]): Promise<AppendResult[]> {
-  if (events.length === 0) return [];
-  if (isKysely(trx)) return appendEvents(trx as unknown as Db, events);
-  const { rows } = await trx.query(APPEND_SQL, appendParams(events));
-  return appendResults(events, rows as { cursor: string; duplicate: boolean }[]);
+type Client = { query(...args: unknown[]): Promise<unknown> };
+
+/**
+ * Runs `fn` with a Kysely view of the caller's connection. A pg.Pool gets real transactions; a
+ * client is already inside the caller's BEGIN, so the view's own BEGIN/COMMIT/ROLLBACK do nothing
+ * (the caller's COMMIT decides, and after a thrown error the caller rolls back).
+ */
+async function withDb<T>(x: Executor, fn: (db: Db) => Promise<T>): Promise<T> {
+  if (isKysely(x)) return fn(x as unknown as Db);
+  if (typeof (x as { totalCount?: unknown }).totalCount === 'number') {
+    const pool = x as unknown as PostgresPool;
+    // `end` does nothing: the pool is the application's.
+    const view = new Kysely({
+      dialect: new PostgresDialect({ pool: { connect: () => pool.connect(), end: async () => {} } }),
+    });
+    return fn(view as unknown as Db);
+  }
+  const view = new Kysely({ dialect: new CallerTransactionDialect(x as Client) });
+  return view.transaction().execute((trx) => fn(trx as unknown as Db));
+}
+
+class CallerTransactionDialect extends PostgresDialect {
+  constructor(client: Client) {
+    super({
+      pool: {
+        connect: async () => ({ query: client.query.bind(client), release: () => {} }) as never,
+        end: async () => {},
+      },
+    });
+  }
+
+  override createDriver() {
+    const driver = super.createDriver();
+    driver.beginTransaction = async () => {};
+    driver.commitTransaction = async () => {};
+    driver.rollbackTransaction = async () => {};
+    return driver;
+  }
 }

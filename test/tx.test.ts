@@ -1,9 +1,12 @@
 // POST /v1/tx: several ops, one transaction. Results in order, all-or-nothing validation naming the
 // op, one notify per transaction, and wakes on another server (which has no local poke: only the
 // NOTIFY can wake it, and its fallback poll is 10 minutes away). Wake tests repeat 20 times.
+import pg from 'pg';
 import t from 'tap';
+import { enqueue, publish as publishInTx } from '../src/index.ts';
 import type { Server } from '../src/server.ts';
 import { feedRows, openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { claim, timed } from './queue-helpers.ts';
 
 const RUNS = 20;
 const NO_POLL = { pollIntervalMs: 600_000 };
@@ -186,3 +189,114 @@ t.test('the database down: 503 with Retry-After, nothing half-written', async (t
     'works again',
   );
 });
+
+t.test('publish and enqueue ops in one transaction: results in order, all or nothing', async (t) => {
+  const url = await testDatabase(t);
+  const server = await startTestServer(t, url, NO_POLL);
+  const db = sqlClient(t, url);
+  const res = await tx(server.url, {
+    ops: [
+      { publish: { stream: 'orders', data: { order: 7 }, type: 'created' } },
+      { enqueue: { queue: 'emails', payload: { order: 7 }, key: 'mail-7', priority: 2 } },
+      { enqueue: { queue: 'emails', payload: { order: 7 }, key: 'mail-7' } },
+      { publish: { stream: 'orders', data: { order: 7, queued: true } } },
+    ],
+  });
+  t.equal(res.status, 200);
+  const r = res.body.results as Record<string, { id: string; duplicate: boolean }>[];
+  t.same(
+    r.map((x) => Object.keys(x)[0]),
+    ['publish', 'enqueue', 'enqueue', 'publish'],
+  );
+  t.match(r[1].enqueue, { id: /^\d+$/, queue: 'emails', duplicate: false });
+  t.same(r[2].enqueue, { ...r[1].enqueue, duplicate: true }, 'a repeated job key reports the first');
+  const jobs = await claim(server.url, 'emails', { max: 10 });
+  t.same(
+    jobs.map((j) => [j.id, j.payload]),
+    [[r[1].enqueue.id, { order: 7 }]],
+  );
+  const rows = await feedRows(db);
+  t.equal(
+    new Set(rows.map((x) => x.cursor.split('-')[0])).size,
+    1,
+    'events and the queue wake-up: one transaction',
+  );
+
+  // An invalid enqueue op: a 400 naming it, and the valid publish before it is not written either.
+  const before = (await feedRows(db)).length;
+  for (const [op, message] of [
+    [{ enqueue: { queue: 'bad queue', payload: 1 } }, /^ops\[1\]\.enqueue\.queue: queue name/],
+    [{ enqueue: { queue: 'q' } }, /^ops\[1\]\.enqueue must have required property 'payload'/],
+    [{ enqueue: { queue: 'q', payload: 1, priority: 1.5 } }, /^ops\[1\]\.enqueue\.priority/],
+    [
+      { enqueue: { queue: 'q', payload: 1, lease: 5 } },
+      /^ops\[1\]\.enqueue must NOT have additional property 'lease'/,
+    ],
+  ] as const) {
+    const bad = await tx(server.url, { ops: [{ publish: { stream: 'orders', data: 'no' } }, op] });
+    t.equal(bad.status, 400);
+    t.match(bad.body.message, message);
+  }
+  t.equal((await feedRows(db)).length, before, 'nothing written');
+  t.same(await claim(server.url, 'q'), [], 'no job enqueued');
+});
+
+t.test(
+  'enqueue in a transaction wakes a waiting long-poll claimer at commit, not before, 20 runs',
+  async (t) => {
+    const url = await testDatabase(t);
+    const server = await startTestServer(t, url, NO_POLL);
+    const db = sqlClient(t, url);
+    const app = await (async () => {
+      const c = new pg.Client({ connectionString: url });
+      c.on('error', () => {});
+      await c.connect();
+      t.teardown(() => c.end());
+      return c;
+    })();
+    for (let i = 0; i < RUNS; i++) {
+      const waiting = timed(claim(server.url, 'work', { wait: 20 }));
+      await sleep(30); // the claim is waiting
+      let committedAt = 0;
+      if (i % 2 === 0) {
+        // The library, in a Kysely transaction.
+        await db.transaction().execute(async (trx) => {
+          const job = await enqueue(trx, 'work', { i }, { key: `k${i}` });
+          t.equal(job.duplicate, false);
+          await sleep(40);
+          t.notOk(waiting.settled(), `run ${i}: the claimer still waits while the transaction is open`);
+          committedAt = Date.now();
+        });
+      } else {
+        // The library on a pg client inside the application's BEGIN/COMMIT, next to a publish.
+        await app.query('BEGIN');
+        await enqueue(app, 'work', { i });
+        await publishInTx(app, 'audit', { enqueued: i });
+        await sleep(40);
+        t.notOk(waiting.settled(), `run ${i}: the claimer still waits while the transaction is open`);
+        committedAt = Date.now();
+        await app.query('COMMIT');
+      }
+      const { value: jobs, at } = await waiting;
+      t.same(
+        jobs.map((j) => j.payload),
+        [{ i }],
+        `run ${i}: the claimer got the job`,
+      );
+      t.ok(
+        at >= committedAt && at - committedAt < PROMPT_MS,
+        `run ${i}: woken right after COMMIT (${at - committedAt} ms)`,
+      );
+    }
+    // A rolled-back enqueue wakes nobody and leaves no job.
+    const waiting = timed(claim(server.url, 'work', { wait: 1 }));
+    await sleep(30);
+    const before = notifications(server);
+    await app.query('BEGIN');
+    await enqueue(app, 'work', { ghost: true });
+    await app.query('ROLLBACK');
+    const { value } = await waiting;
+    t.same(value, [], 'the claimer times out empty');
+    t.equal(notifications(server), before, 'no notification');
+  },
+);

@@ -1,7 +1,8 @@
 /**
  * The operations of `POST /v1/tx`: each op is checked with the same validation as its own endpoint
- * (src/feed/validate.ts), with errors naming the op (`ops[3].publish.stream: ...`), before anything
- * is written; then all ops run in one transaction.
+ * (src/feed/validate.ts, src/queues/validate.ts), with errors naming the op
+ * (`ops[3].publish.stream: ...`), before anything is written; then all ops run in one transaction
+ * through the same writes as their own endpoints (appendEvents, enqueueJobs).
  */
 import type { Kysely } from 'kysely';
 import type { Database, Db } from '../db/database.ts';
@@ -9,24 +10,29 @@ import { ApiError } from '../errors.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type AppendResult, type EventInput, appendEvents } from '../feed/queries.ts';
 import { type EventBody, assertName, toEventInput } from '../feed/validate.ts';
+import { type EnqueueResult, type JobInput, enqueueJobs } from '../queues/queries.ts';
+import { jobInput } from '../queues/schemas.ts';
+import { type JobBody, toJobInput } from '../queues/validate.ts';
 
 export const MAX_OPS = 1000;
-export const OP_KINDS = ['publish'] as const;
+export const OP_KINDS = ['publish', 'enqueue'] as const;
 
-export type TxOp = { kind: 'publish'; event: EventInput };
-export type TxResult = { publish: AppendResult };
+export type TxOp = { kind: 'publish'; event: EventInput } | { kind: 'enqueue'; job: JobInput };
+export type TxResult = { publish: AppendResult } | { enqueue: EnqueueResult };
 
+// The fields of each op: its own endpoint's body, plus the stream or queue it goes to.
 const PUBLISH_FIELDS = new Set(['stream', 'data', 'type', 'key']);
+const ENQUEUE_FIELDS = new Set(['queue', ...Object.keys(jobInput.properties)]);
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** Checks every op (throws a 400 naming the first bad one); nothing is written before this passes. */
-export function parseOps(ops: readonly unknown[], maxEventBytes: number): TxOp[] {
-  return ops.map((op, i) => parseOp(op, `ops[${i}]`, maxEventBytes));
+export function parseOps(ops: readonly unknown[], maxBytes: number): TxOp[] {
+  return ops.map((op, i) => parseOp(op, `ops[${i}]`, maxBytes));
 }
 
-function parseOp(op: unknown, where: string, maxEventBytes: number): TxOp {
+function parseOp(op: unknown, where: string, maxBytes: number): TxOp {
   const kinds = isObject(op) ? Object.keys(op) : [];
   if (!isObject(op) || kinds.length !== 1 || !(OP_KINDS as readonly string[]).includes(kinds[0])) {
     throw new ApiError(
@@ -36,27 +42,48 @@ function parseOp(op: unknown, where: string, maxEventBytes: number): TxOp {
         (kinds.length > 0 ? ` (got ${kinds.map((k) => JSON.stringify(k)).join(', ')})` : ''),
     );
   }
-  return { kind: 'publish', event: parsePublish(op.publish, `${where}.publish`, maxEventBytes) };
+  if (kinds[0] === 'publish') {
+    const { stream, ...event } = fields(
+      op.publish,
+      PUBLISH_FIELDS,
+      `${where}.publish`,
+      '"stream" and "data"',
+    );
+    checkName(stream, 'stream', `${where}.publish`);
+    return {
+      kind: 'publish',
+      event: toEventInput(stream, event as unknown as EventBody, maxBytes, `${where}.publish`),
+    };
+  }
+  const { queue, ...job } = fields(op.enqueue, ENQUEUE_FIELDS, `${where}.enqueue`, '"queue" and "payload"');
+  checkName(queue, 'queue', `${where}.enqueue`);
+  return { kind: 'enqueue', job: toJobInput(queue, job as unknown as JobBody, maxBytes, `${where}.enqueue`) };
 }
 
-function parsePublish(body: unknown, where: string, maxEventBytes: number): EventInput {
-  if (!isObject(body)) {
-    throw new ApiError(400, 'invalid_request', `${where} must be an object with "stream" and "data"`);
-  }
+function fields(
+  body: unknown,
+  allowed: Set<string>,
+  where: string,
+  required: string,
+): Record<string, unknown> {
+  if (!isObject(body))
+    throw new ApiError(400, 'invalid_request', `${where} must be an object with ${required}`);
   for (const k of Object.keys(body)) {
-    if (!PUBLISH_FIELDS.has(k)) {
+    if (!allowed.has(k)) {
       throw new ApiError(400, 'invalid_request', `${where} must NOT have additional property '${k}'`);
     }
   }
-  const { stream, ...event } = body;
+  return body;
+}
+
+function checkName(name: unknown, what: 'stream' | 'queue', where: string): asserts name is string {
   try {
-    assertName(stream);
+    assertName(name, what);
   } catch (err) {
     if (err instanceof ApiError)
-      throw new ApiError(err.statusCode, err.code, `${where}.stream: ${err.message}`);
+      throw new ApiError(err.statusCode, err.code, `${where}.${what}: ${err.message}`);
     throw err;
   }
-  return toEventInput(stream, event as unknown as EventBody, maxEventBytes, where);
 }
 
 /**
@@ -78,18 +105,24 @@ export async function runOps(
   return results;
 }
 
-/** Runs ops in `trx`, in order; consecutive ops of one kind go out as one statement. */
+/**
+ * Runs ops in `trx`, in order; consecutive ops of one kind are one call of their own write
+ * (appendEvents, enqueueJobs). Every notify in the transaction is the same (channel, payload), so
+ * PostgreSQL delivers one, at commit.
+ */
 export async function runInTransaction(trx: Db, ops: readonly TxOp[]): Promise<TxResult[]> {
   const out: TxResult[] = [];
   for (let i = 0; i < ops.length; ) {
     let j = i + 1;
     while (j < ops.length && ops[j].kind === ops[i].kind) j++;
     const run = ops.slice(i, j);
-    const results = await appendEvents(
-      trx,
-      run.map((op) => op.event),
-    );
-    for (const r of results) out.push({ publish: r });
+    if (ops[i].kind === 'publish') {
+      const events = run.map((op) => (op as { event: EventInput }).event);
+      for (const r of await appendEvents(trx, events)) out.push({ publish: r });
+    } else {
+      const jobs = run.map((op) => (op as { job: JobInput }).job);
+      for (const r of await enqueueJobs(trx, jobs)) out.push({ enqueue: r });
+    }
     i = j;
   }
   return out;

@@ -17,8 +17,9 @@ export const txBody = {
       // No constraints here: ops.ts checks each op so that errors name it (`ops[3].publish.stream`).
       items: {
         description:
-          'an object with "publish": {stream, data, type?, key?} (the body of POST ' +
-          '/v1/streams/{stream}/events, plus "stream")',
+          'exactly one of "publish": {stream, data, type?, key?} (the body of POST ' +
+          '/v1/streams/{stream}/events, plus "stream") or "enqueue": {queue, payload, delay?, runAt?, ' +
+          'priority?, key?, maxAttempts?, backoff?} (one job as for POST /v1/queues/{queue}/jobs, plus "queue")',
       },
     },
   },
