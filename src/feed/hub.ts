@@ -41,6 +41,8 @@ export class Subscription {
   pending = '';
   /** When a write last found the socket full (0: not blocked). Read by the slow-subscriber sweep. */
   blockedSince = 0;
+  /** The sink's unsent bytes at the last sweep: a client that is taking bytes is slow, not stuck. */
+  lastBuffered = 0;
   readonly streamSet: ReadonlySet<string>;
 
   constructor(
@@ -266,7 +268,8 @@ export class Hub {
   }
 
   /**
-   * Drops subscribers whose socket has been full for longer than `slowMs`. The ones dropped by the
+   * Drops subscribers whose socket has been full, taking no bytes, for longer than `slowMs` (one that
+   * drains its buffer at all, however slowly, restarts the clock). The ones dropped by the
    * previous sweep are destroyed now: `end()` gave a client that is merely slow the chance to read
    * the rest and the `retry:` hint; one that is not reading at all holds nothing after this.
    */
@@ -275,7 +278,11 @@ export class Hub {
     this.dropping.clear();
     const now = Date.now();
     for (const sub of this.all) {
-      if (sub.blockedSince === 0 || now - sub.blockedSince < slowMs) continue;
+      if (sub.blockedSince === 0) continue;
+      const buffered = sub.sink.buffered?.() ?? 0;
+      if (buffered < sub.lastBuffered) sub.blockedSince = now; // it took bytes since the last sweep
+      sub.lastBuffered = buffered;
+      if (now - sub.blockedSince < slowMs) continue;
       this.stats.dropped++;
       this.opts.log.warn(
         {

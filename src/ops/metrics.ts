@@ -15,6 +15,7 @@ import type pg from 'pg';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
+import { watchHorizon } from './horizon-watch.ts';
 import { type FeedStats, feedStats } from '../feed/retention.ts';
 
 export interface MetricsDeps {
@@ -252,6 +253,8 @@ export function buildRegistry(deps: MetricsDeps): Registry {
 /** Registers `GET /metrics`. */
 export function metricsRoutes(app: FastifyInstance, deps: MetricsDeps): void {
   const registry = buildRegistry(deps);
+  // A stalled horizon is also logged (with the blocking backend), not only exposed here.
+  watchHorizon(app, deps);
   app.get('/metrics', { schema: { summary: 'Prometheus metrics' } }, async (_req, reply) => {
     reply.type(registry.contentType);
     return registry.metrics();

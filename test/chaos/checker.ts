@@ -92,7 +92,7 @@ class Service {
     return `http://127.0.0.1:${this.port}`;
   }
 
-  async start(): Promise<void> {
+  async start(deadline = Date.now() + 60_000): Promise<void> {
     const fd = openSync(this.logFile, 'a');
     this.proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
       cwd: ROOT,
@@ -116,12 +116,12 @@ class Service {
       if (this.proc === proc) this.up = false;
     });
     // Ready once /readyz answers 200 (database, LISTEN and tailer all up).
-    const deadline = Date.now() + 60_000;
     while (Date.now() < deadline) {
       if (proc.exitCode !== null || proc.signalCode !== null) {
-        // It can fail to start while PostgreSQL restarts: try again.
+        // It can fail to start while PostgreSQL restarts: try again (within the same deadline).
         await sleep(200);
-        return this.start();
+        if (Date.now() < deadline) return this.start(deadline);
+        break;
       }
       try {
         const res = await fetch(`${this.url}/readyz`);
@@ -135,6 +135,7 @@ class Service {
       }
       await sleep(100);
     }
+    proc.kill('SIGKILL');
     throw new Error(`service on port ${this.port} did not become ready in 60 s (log: ${this.logFile})`);
   }
 
