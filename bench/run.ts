@@ -3,8 +3,18 @@
 // JetStream and Redis Streams, prints one table per scenario, and writes bench/RESULTS.md and
 // bench/scenario1.svg. Every process it starts is stopped when it ends, however it ends.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { benchFile, type Ctx, log, type Options, type Server } from './lib/context.ts';
@@ -41,6 +51,9 @@ const HELP = `npm run bench -- [flags]
   --db NAME               database, dropped and created afresh (default commitfeed_bench)
   --port N                commitfeed port (default 3210); the naive peer uses --naive-port (3211)
   --server-env K=V,...    extra environment for the commitfeed server (e.g. POOL_SIZE=20)
+  --server-dir DIR        run commitfeed from DIR instead of this working tree
+  --server-commit REF     run commitfeed as committed at REF (exported to a temp dir), so edits
+                          in progress in the working tree cannot change it mid-run
   --cpu-prof              run commitfeed under --cpu-prof and summarise where its CPU went
   --no-write              print tables only; leave RESULTS.md and the plot alone
 `;
@@ -73,6 +86,8 @@ function parseOptions(argv: string[]): Options {
       port: { type: 'string' },
       'naive-port': { type: 'string' },
       'server-env': { type: 'string' },
+      'server-dir': { type: 'string' },
+      'server-commit': { type: 'string' },
       'cpu-prof': { type: 'boolean' },
       'no-write': { type: 'boolean' },
     },
@@ -125,6 +140,7 @@ function parseOptions(argv: string[]): Options {
     naivePort: num(v['naive-port'], 3211),
     cpuProf: v['cpu-prof'] ?? false,
     serverEnv,
+    serverDir: v['server-commit'] ? exportCommit(v['server-commit']) : resolve(v['server-dir'] ?? '.'),
     write: !(v['no-write'] ?? false),
   };
 }
@@ -188,6 +204,7 @@ const LOG_DIR = benchFile('.logs');
 async function startCommitfeed(opts: Options, dbUrl: string): Promise<Server> {
   const log = join(LOG_DIR, 'commitfeed.log');
   const cp = spawnNode('src/main.ts', [], {
+    cwd: opts.serverDir,
     env: {
       PORT: String(opts.port),
       HOST: '127.0.0.1',
@@ -212,12 +229,28 @@ async function startNaive(opts: Options, dbUrl: string): Promise<Server> {
   return { name: 'naive', port: opts.naivePort, cp, log };
 }
 
-function gitDescribe(): string {
+function gitDescribe(dir: string): string {
   try {
-    return execFileSync('git', ['describe', '--always', '--dirty'], { encoding: 'utf8' }).trim();
+    const marker = join(dir, '.bench-commit');
+    if (existsSync(marker)) return `${readFileSync(marker, 'utf8').trim()} (exported, clean)`;
+    return execFileSync('git', ['-C', dir, 'describe', '--always', '--dirty'], { encoding: 'utf8' }).trim();
   } catch {
     return 'unknown';
   }
+}
+
+/** Exports the tree of `ref` to a temporary directory that shares this one's node_modules. */
+function exportCommit(ref: string): string {
+  const sha = execFileSync('git', ['rev-parse', '--verify', `${ref}^{commit}`], { encoding: 'utf8' }).trim();
+  const dir = join(tmpdir(), `commitfeed-bench-${sha.slice(0, 12)}`);
+  if (!existsSync(join(dir, '.bench-commit'))) {
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true });
+    execFileSync('bash', ['-c', `git archive "$0" | tar -x -C "$1"`, sha, dir]);
+    symlinkSync(resolve('node_modules'), join(dir, 'node_modules'));
+    writeFileSync(join(dir, '.bench-commit'), `${sha.slice(0, 12)}\n`);
+  }
+  return dir;
 }
 
 function tailOf(file: string, lines = 15): string {
@@ -259,7 +292,7 @@ async function main(): Promise<void> {
     ['Redis', redis],
   ] as const)
     if (!st.ok && st.reason !== 'not selected (--peers)') log(`PEER SKIPPED: ${name}: ${st.reason}`);
-  facts['commitfeed'] = `git ${gitDescribe()}`;
+  facts['commitfeed'] = `git ${gitDescribe(opts.serverDir)}`;
 
   const ctx: Ctx = {
     opts,
@@ -285,7 +318,7 @@ async function main(): Promise<void> {
         ctx.problems.push(msg);
         log(msg);
       }
-      if (!existsSync('src/main.ts')) return false;
+      if (!existsSync(join(opts.serverDir, 'src/main.ts'))) return false;
       try {
         ctx.commitfeed = await startCommitfeed(opts, db.url);
         return true;
@@ -301,7 +334,8 @@ async function main(): Promise<void> {
   };
 
   try {
-    if (!existsSync('src/main.ts')) log('src/main.ts not found: commitfeed is skipped, peers only');
+    if (!existsSync(join(opts.serverDir, 'src/main.ts')))
+      log(`${opts.serverDir}/src/main.ts not found: commitfeed is skipped, peers only`);
     else if (await ctx.ensureCommitfeed(0))
       log(`commitfeed ready on 127.0.0.1:${opts.port} (pid ${ctx.commitfeed!.cp.pid})`);
     if (wants('naive') || wants('naive-nonotify')) {

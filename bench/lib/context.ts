@@ -30,6 +30,8 @@ export interface Options {
   naivePort: number;
   cpuProf: boolean;
   serverEnv: Record<string, string>;
+  /** Where commitfeed's src/main.ts is run from. */
+  serverDir: string;
   write: boolean;
 }
 

@@ -41,6 +41,8 @@ export interface SpawnOptions {
   ipc?: boolean;
   /** Extra node flags, e.g. --cpu-prof. */
   nodeFlags?: string[];
+  /** Working directory (default: this one). */
+  cwd?: string;
 }
 
 /**
@@ -64,6 +66,7 @@ export function spawnNode(script: string, args: string[], opts: SpawnOptions = {
   if (opts.logFile) out = 'pipe';
   const cp = spawn('bash', argv, {
     detached: true,
+    cwd: opts.cwd,
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', out, out, ...(opts.ipc ? (['ipc'] as const) : [])],
   });
