@@ -15,6 +15,15 @@ import { Queues } from './queues.ts';
 import {
   JOB_ID_PATTERN,
   ackBody,
+  ackResponse,
+  batchAckResponse,
+  claimResponse,
+  deadResponse,
+  extendResponse,
+  nackResponse,
+  pauseResponse,
+  retryResponse,
+  watchResponse,
   batchAckBody,
   claimBody,
   deadQuery,
@@ -34,6 +43,7 @@ type QueueReq = { Params: { queue: string } };
 type JobReq<B> = { Params: { queue: string; id: string }; Body: B };
 
 const JOB_ID_RE = new RegExp(JOB_ID_PATTERN);
+const QUEUE_TAGS = ['queues'];
 
 function jobRef(params: { queue: string; id: string }, lease: string): LeaseRef {
   if (!JOB_ID_RE.test(params.id)) {
@@ -79,6 +89,7 @@ export function queueRoutes(
     '/v1/queues/:queue/jobs',
     {
       schema: {
+        tags: QUEUE_TAGS,
         summary: 'Enqueue one job or a batch',
         params: queueParams,
         body: enqueueBody,
@@ -102,9 +113,11 @@ export function queueRoutes(
     '/v1/queues/:queue/claim',
     {
       schema: {
+        tags: QUEUE_TAGS,
         summary: 'Claim jobs, long-polling up to `wait` seconds',
         params: queueParams,
         body: claimBody,
+        response: claimResponse,
       },
       preValidation: emptyBodyIsObject,
     },
@@ -124,7 +137,15 @@ export function queueRoutes(
 
   app.post<JobReq<{ lease: string }>>(
     '/v1/queues/:queue/jobs/:id/ack',
-    { schema: { summary: 'Complete a job held by this lease', params: jobParams, body: ackBody } },
+    {
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: 'Complete a job held by this lease',
+        params: jobParams,
+        body: ackBody,
+        response: ackResponse,
+      },
+    },
     async (request, reply) => {
       const [res] = await queues.ack([jobRef(request.params, request.body.lease)]);
       check(res);
@@ -136,9 +157,11 @@ export function queueRoutes(
     '/v1/queues/:queue/jobs/:id/nack',
     {
       schema: {
+        tags: QUEUE_TAGS,
         summary: 'Fail a job: retry after a backoff, or dead-letter',
         params: jobParams,
         body: nackBody,
+        response: nackResponse,
       },
     },
     async (request) => {
@@ -150,7 +173,15 @@ export function queueRoutes(
 
   app.post<JobReq<{ lease: string; seconds: number }>>(
     '/v1/queues/:queue/jobs/:id/extend',
-    { schema: { summary: 'Extend a lease to `seconds` from now', params: jobParams, body: extendBody } },
+    {
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: 'Extend a lease to `seconds` from now',
+        params: jobParams,
+        body: extendBody,
+        response: extendResponse,
+      },
+    },
     async (request) => {
       const { lease, seconds } = request.body;
       const res = check(await queues.extend(jobRef(request.params, lease), seconds));
@@ -160,7 +191,15 @@ export function queueRoutes(
 
   app.post<{ Params: { queue: string }; Body: { id: string; lease: string }[] }>(
     '/v1/queues/:queue/ack',
-    { schema: { summary: 'Ack many jobs; one result per item', params: queueParams, body: batchAckBody } },
+    {
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: 'Ack many jobs; one result per item',
+        params: queueParams,
+        body: batchAckBody,
+        response: batchAckResponse,
+      },
+    },
     async (request) => {
       const { queue } = request.params;
       const items = request.body.map((i) => ({ queue, id: i.id, lease: i.lease }));
@@ -177,7 +216,7 @@ export function queueRoutes(
 
   app.get(
     '/v1/queues',
-    { schema: { summary: 'Every queue with its counts', response: listResponse } },
+    { schema: { tags: QUEUE_TAGS, summary: 'Every queue with its counts', response: listResponse } },
     async () => ({ queues: await queues.stats(null) }),
   );
 
@@ -185,6 +224,7 @@ export function queueRoutes(
     '/v1/queues/:queue',
     {
       schema: {
+        tags: QUEUE_TAGS,
         summary: 'Counts by state, oldest ready age, paused',
         params: queueParams,
         response: statsResponse,
@@ -205,7 +245,15 @@ export function queueRoutes(
 
   app.get<{ Params: { queue: string }; Querystring: { limit: number; after?: string } }>(
     '/v1/queues/:queue/dead',
-    { schema: { summary: 'Dead-lettered jobs, oldest first', params: queueParams, querystring: deadQuery } },
+    {
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: 'Dead-lettered jobs, oldest first',
+        params: queueParams,
+        querystring: deadQuery,
+        response: deadResponse,
+      },
+    },
     async (request, reply: FastifyReply) => {
       const { limit, after } = request.query;
       const jobs = await queues.listDead(request.params.queue, after ?? null, limit);
@@ -221,7 +269,14 @@ export function queueRoutes(
 
   app.post<{ Params: { queue: string; id: string } }>(
     '/v1/queues/:queue/dead/:id/retry',
-    { schema: { summary: 'Redrive one dead job', params: jobParams } },
+    {
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: 'Redrive one dead job',
+        params: jobParams,
+        response: retryResponse,
+      },
+    },
     async (request) => {
       const ref = jobRef(request.params, '');
       const ids = await queues.retryDead(ref.queue, ref.id);
@@ -234,7 +289,14 @@ export function queueRoutes(
 
   app.post<QueueReq>(
     '/v1/queues/:queue/dead/retry',
-    { schema: { summary: 'Redrive every dead job of the queue', params: queueParams } },
+    {
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: 'Redrive every dead job of the queue',
+        params: queueParams,
+        response: retryResponse,
+      },
+    },
     async (request) => ({ retried: (await queues.retryDead(request.params.queue, null)).length }),
   );
 
@@ -242,9 +304,11 @@ export function queueRoutes(
     '/v1/queues/:queue/events',
     {
       schema: {
+        tags: QUEUE_TAGS,
         summary: 'Watch queue activity over SSE: enqueued, retry, dead, resumed',
         params: queueParams,
         querystring: watchQuery,
+        response: watchResponse,
       },
     },
     async (request, reply) => {
@@ -274,6 +338,7 @@ export function queueRoutes(
           summary:
             action === 'pause' ? 'Stop handing out jobs (enqueues still accepted)' : 'Hand out jobs again',
           params: queueParams,
+          response: pauseResponse,
         },
       },
       async (request) => {

@@ -172,9 +172,15 @@ const statsSchema = {
   },
 } as const;
 
-export const statsResponse = { 200: statsSchema, 404: errorSchema } as const;
+export const statsResponse = {
+  200: statsSchema,
+  400: errorSchema,
+  404: errorSchema,
+  503: errorSchema,
+} as const;
 export const listResponse = {
   200: { type: 'object', properties: { queues: { type: 'array', items: statsSchema } } },
+  503: errorSchema,
 } as const;
 
 export const watchQuery = {
@@ -184,4 +190,96 @@ export const watchQuery = {
     after: { type: 'string', pattern: CURSOR_PATTERN, description: 'resume after this cursor' },
     from: { type: 'string', enum: ['earliest', 'latest'], default: 'latest' },
   },
+} as const;
+
+/** Responses for the OpenAPI spec: each route's success plus the errors it can give. */
+const errors = { 400: errorSchema, 404: errorSchema, 409: errorSchema, 503: errorSchema } as const;
+const claimedJob = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    payload: { description: 'as enqueued' },
+    attempt: { type: 'integer' },
+    maxAttempts: { type: 'integer' },
+    lease: { type: 'string' },
+    leaseExpiresAt: { type: 'string', format: 'date-time' },
+  },
+} as const;
+export const claimResponse = {
+  200: { type: 'object', properties: { jobs: { type: 'array', items: claimedJob } } },
+  ...errors,
+} as const;
+export const ackResponse = { 204: { type: 'null', description: 'acked' }, ...errors } as const;
+export const nackResponse = {
+  200: {
+    type: 'object',
+    properties: {
+      id: { type: 'string' },
+      state: { type: 'string', enum: ['ready', 'dead'] },
+      attempt: { type: 'integer' },
+      runAt: { type: 'string', format: 'date-time' },
+    },
+  },
+  ...errors,
+} as const;
+export const extendResponse = {
+  200: { type: 'object', properties: { id: { type: 'string' }, leaseExpiresAt: { type: 'string' } } },
+  ...errors,
+} as const;
+export const batchAckResponse = {
+  200: {
+    type: 'object',
+    properties: {
+      results: {
+        type: 'array',
+        items: {
+          type: 'object',
+          properties: {
+            id: { type: 'string' },
+            ok: { type: 'boolean' },
+            status: { type: 'integer' },
+            code: { type: 'string' },
+            message: { type: 'string' },
+          },
+        },
+      },
+    },
+  },
+  ...errors,
+} as const;
+export const deadResponse = {
+  200: {
+    type: 'object',
+    properties: {
+      jobs: {
+        type: 'array',
+        items: {
+          type: 'object',
+          properties: {
+            id: { type: 'string' },
+            payload: {},
+            attempt: { type: 'integer' },
+            maxAttempts: { type: 'integer' },
+            lastError: { type: ['string', 'null'] },
+            createdAt: { type: 'string' },
+            deadAt: { type: 'string' },
+          },
+        },
+      },
+      next: { type: ['string', 'null'] },
+    },
+  },
+  ...errors,
+} as const;
+export const retryResponse = {
+  200: { type: 'object', properties: { id: { type: 'string' }, retried: { type: 'integer' } } },
+  ...errors,
+} as const;
+export const pauseResponse = {
+  200: { type: 'object', properties: { queue: { type: 'string' }, paused: { type: 'boolean' } } },
+  ...errors,
+} as const;
+export const watchResponse = {
+  200: { type: 'string', description: 'text/event-stream: enqueued, retry, dead and resumed events' },
+  ...errors,
 } as const;
