@@ -4,6 +4,9 @@
 import t from 'tap';
 import { runChaos } from './chaos/checker.ts';
 
+// Start-up of the service processes is slow on a busy machine: allow more than the default.
+t.setTimeout(300_000);
+
 t.test('chaos: every committed event, exactly once, in order, whatever happens', async (t) => {
   const seed = Number(process.env.CHAOS_SEED ?? Math.floor(Math.random() * 1e6));
   const result = await runChaos({

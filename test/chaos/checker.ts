@@ -92,7 +92,7 @@ class Service {
     return `http://127.0.0.1:${this.port}`;
   }
 
-  async start(deadline = Date.now() + 60_000): Promise<void> {
+  async start(deadline = Date.now() + 180_000): Promise<void> {
     const fd = openSync(this.logFile, 'a');
     this.proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
       cwd: ROOT,
@@ -136,7 +136,7 @@ class Service {
       await sleep(100);
     }
     proc.kill('SIGKILL');
-    throw new Error(`service on port ${this.port} did not become ready in 60 s (log: ${this.logFile})`);
+    throw new Error(`service on port ${this.port} did not become ready in 180 s (log: ${this.logFile})`);
   }
 
   /** kill -9: no shutdown at all. */
