@@ -6,10 +6,12 @@ import sensible from '@fastify/sensible';
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
+import { redactedRequest, registerAccess } from './auth/access.ts';
 import type { Config } from './config.ts';
 import type { Database } from './db/database.ts';
 import { installErrorHandlers } from './errors.ts';
 import type { Feed } from './feed/feed.ts';
+import { installFiniteNumbers, installJsonParser } from './http/input.ts';
 import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
 import { metricsRoutes } from './ops/metrics.ts';
@@ -29,7 +31,11 @@ export interface AppDeps {
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: deps.config.logLevel === 'silent' ? false : { level: deps.config.logLevel },
+    logger:
+      deps.config.logLevel === 'silent'
+        ? false
+        : // The request serializer hides `access_token` values from request logs.
+          { level: deps.config.logLevel, serializers: { req: redactedRequest } },
     // Per-request log lines cost more than the request at 10K/s: only at debug/trace.
     logController: new LogController({
       disableRequestLogging: deps.config.logLevel !== 'debug' && deps.config.logLevel !== 'trace',
@@ -48,6 +54,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // JSON only: a text/plain body is a 415, not a string that fails validation later.
   app.removeContentTypeParser('text/plain');
   installErrorHandlers(app);
+  // Strict JSON (valid UTF-8, bounded nesting); then CORS and tokens, before any route (src/auth).
+  installJsonParser(app);
+  installFiniteNumbers(app);
+  await registerAccess(app, deps.config);
   // Before every route: the spec is collected as routes are added.
   await registerDocs(app);
   uiRoutes(app);

@@ -3,7 +3,7 @@
  * `.env.example`; a `.env` file in the working directory is read first if present (real environment
  * variables win over it).
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 
 export interface Config {
   port: number;
@@ -36,6 +36,24 @@ export interface Config {
   maxSseConnections: number;
   /** An SSE subscriber whose socket has taken no bytes for this long is dropped (it resumes by id), in ms. */
   slowSubscriberMaxMs: number;
+  /** `AUTH`: 'jwt' requires tokens, 'off' allows everything; unset: jwt when a key is configured, else
+   * off on a loopback HOST only (a non-loopback HOST without keys refuses to start). See src/auth. */
+  auth: 'off' | 'jwt' | undefined;
+  /** HS256 secret (at least 32 bytes). */
+  jwtSecret: string | undefined;
+  /** PEM public key text (RS256 / ES256 / ES384 / EdDSA), from JWT_PUBLIC_KEY or JWT_PUBLIC_KEY_FILE. */
+  jwtPublicKey: string | undefined;
+  /** Path of a local JWKS file (public keys, selected by `kid`). */
+  jwksFile: string | undefined;
+  /** When set, tokens must carry this `iss` / `aud`. */
+  jwtIssuer: string | undefined;
+  jwtAudience: string | undefined;
+  /** Browser origins allowed by CORS (exact, e.g. https://app.example.com), or ['*'] (no credentials). */
+  corsOrigins: string[];
+  /** Most SSE connections open at once with one token; more get 429 `too_many_connections`. */
+  maxSsePerToken: number;
+  /** /metrics needs a token with `admin: true` (when auth is on). */
+  metricsRequireAdmin: boolean;
   /** Feed events (and dead queue jobs) older than this are dropped by the janitor, in ms. */
   retentionMs: number;
   /** Time span of one feed partition, in ms (the unit in which history is dropped). */
@@ -81,6 +99,20 @@ function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min = 0): numbe
   return n;
 }
 
+function bool(env: NodeJS.ProcessEnv, name: string, dflt: boolean): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return dflt;
+  if (/^(1|true|yes|on)$/i.test(raw)) return true;
+  if (/^(0|false|no|off)$/i.test(raw)) return false;
+  throw new Error(`${name} must be true or false (got ${JSON.stringify(raw)})`);
+}
+
+function authMode(raw: string | undefined): 'off' | 'jwt' | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (raw === 'off' || raw === 'jwt') return raw;
+  throw new Error(`AUTH must be "off" or "jwt" (got ${JSON.stringify(raw)})`);
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     port: int(env, 'PORT', 3000),
@@ -101,6 +133,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     statementTimeoutMs: int(env, 'STATEMENT_TIMEOUT_MS', 30000, 100),
     maxSseConnections: int(env, 'MAX_SSE_CONNECTIONS', 20000, 1),
     slowSubscriberMaxMs: int(env, 'SLOW_SUBSCRIBER_MAX_MS', 30000, 100),
+    auth: authMode(env.AUTH),
+    jwtSecret: env.JWT_SECRET || undefined,
+    jwtPublicKey:
+      env.JWT_PUBLIC_KEY ||
+      (env.JWT_PUBLIC_KEY_FILE ? readFileSync(env.JWT_PUBLIC_KEY_FILE, 'utf8') : undefined),
+    jwksFile: env.JWKS_FILE || undefined,
+    jwtIssuer: env.JWT_ISSUER || undefined,
+    jwtAudience: env.JWT_AUDIENCE || undefined,
+    corsOrigins: (env.CORS_ORIGINS ?? '')
+      .split(',')
+      .map((o) => o.trim())
+      .filter((o) => o !== ''),
+    maxSsePerToken: int(env, 'MAX_SSE_PER_TOKEN', 100, 1),
+    metricsRequireAdmin: bool(env, 'METRICS_REQUIRE_ADMIN', false),
     retentionMs: duration(env, 'RETENTION', '7d', 1000),
     partitionIntervalMs: duration(env, 'PARTITION_INTERVAL', '1d', 1000),
     partitionPremake: int(env, 'PARTITION_PREMAKE', 3, 1),

@@ -32,7 +32,7 @@ function validationCode(err: FastifyError): string {
   if (err.validationContext === 'querystring') {
     if (first?.keyword === 'additionalProperties') return 'unknown_parameter';
     if (field === 'after') return 'invalid_cursor';
-    if (field === 'stream') return 'invalid_name';
+    if (field === 'stream' && first?.keyword === 'pattern') return 'invalid_name';
   }
   return 'invalid_request';
 }

@@ -12,6 +12,8 @@ const NAME_RE = new RegExp(NAME_PATTERN);
 export const TYPE_PATTERN = '^[^\\u0000-\\u001f\\u007f]{1,200}$';
 // `u`: lengths count characters (code points), as the route schemas (ajv) and commitfeed.append do.
 const TYPE_RE = new RegExp(TYPE_PATTERN, 'u');
+/** With the `u` flag only an unpaired surrogate matches: text that is not well-formed Unicode. */
+const LONE_SURROGATE = /\p{Cs}/u;
 
 /** Length in characters (code points); `.length` counts UTF-16 units. */
 function codePoints(s: string): number {
@@ -51,7 +53,10 @@ export function toEventInput(
   if (!('data' in body) || body.data === undefined) {
     throw new ApiError(400, 'invalid_request', `${where} must have required property 'data'`);
   }
-  if (body.type !== undefined && (typeof body.type !== 'string' || !TYPE_RE.test(body.type))) {
+  if (
+    body.type !== undefined &&
+    (typeof body.type !== 'string' || !TYPE_RE.test(body.type) || LONE_SURROGATE.test(body.type))
+  ) {
     throw new ApiError(
       400,
       'invalid_request',
@@ -62,9 +67,17 @@ export function toEventInput(
     body.key !== undefined &&
     (typeof body.key !== 'string' ||
       body.key.length < 1 ||
-      (body.key.length > 200 && codePoints(body.key) > 200))
+      (body.key.length > 200 && codePoints(body.key) > 200) ||
+      // PostgreSQL text cannot hold NUL, and a lone surrogate would be stored as U+FFFD (two
+      // different keys colliding).
+      body.key.includes('\u0000') ||
+      LONE_SURROGATE.test(body.key))
   ) {
-    throw new ApiError(400, 'invalid_request', `${where}.key must be a string of 1-200 characters`);
+    throw new ApiError(
+      400,
+      'invalid_request',
+      `${where}.key must be a string of 1-200 characters (no NUL, well-formed Unicode)`,
+    );
   }
   const data = JSON.stringify(body.data);
   // Cheap bound first: a UTF-16 length can be at most 3 UTF-8 bytes per unit.

@@ -6,6 +6,7 @@
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance, FastifySchema } from 'fastify';
+import { securitySchemes } from '../auth/access.ts';
 import { errorSchema } from '../streams/schemas.ts';
 
 export async function registerDocs(app: FastifyInstance): Promise<void> {
@@ -25,6 +26,10 @@ export async function registerDocs(app: FastifyInstance): Promise<void> {
         { name: 'transactions', description: 'several operations in one transaction' },
         { name: 'ops', description: 'health and metrics' },
       ],
+      // Access control (src/auth): a JWT by any of these; `{}`: none needed when auth is off and on
+      // public routes (health, docs, the live page).
+      components: { securitySchemes },
+      security: [{ bearer: [] }, { cookie: [] }, { query: [] }, {}],
     },
     // Documentation only (validation and serialisation are untouched): any route can fail with the
     // shared 500 shape (routes without response schemas keep the plugin's default 200 instead).

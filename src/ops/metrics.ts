@@ -22,6 +22,8 @@ export interface MetricsDeps {
   db: Kysely<Database>;
   feed: Feed;
   pool?: pg.Pool;
+  /** METRICS_REQUIRE_ADMIN: with auth on, a token with `admin: true` is needed (else public). */
+  config?: { metricsRequireAdmin: boolean };
 }
 
 /** The oldest open writing transaction (the one holding the horizon back), if any. */
@@ -255,8 +257,13 @@ export function metricsRoutes(app: FastifyInstance, deps: MetricsDeps): void {
   const registry = buildRegistry(deps);
   // A stalled horizon is also logged (with the blocking backend), not only exposed here.
   watchHorizon(app, deps);
-  app.get('/metrics', { schema: { summary: 'Prometheus metrics' } }, async (_req, reply) => {
-    reply.type(registry.contentType);
-    return registry.metrics();
-  });
+  const access = deps.config?.metricsRequireAdmin ? 'admin' : 'public';
+  app.get(
+    '/metrics',
+    { schema: { summary: 'Prometheus metrics' }, config: { access } },
+    async (_req, reply) => {
+      reply.type(registry.contentType);
+      return registry.metrics();
+    },
+  );
 }

@@ -4,6 +4,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
+import { admitSse, authorize, authorizeQueueRead, canSeeQueue } from '../auth/access.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../errors.ts';
@@ -98,6 +99,7 @@ export function queueRoutes(
     },
     async (request, reply) => {
       const { queue } = request.params;
+      authorize(request, 'enqueue', queue);
       const body = request.body;
       if (Array.isArray(body)) {
         const inputs = body.map((j, i) => toJobInput(queue, j, config.maxEventBytes, `jobs[${i}]`));
@@ -122,6 +124,7 @@ export function queueRoutes(
       preValidation: emptyBodyIsObject,
     },
     async (request, reply) => {
+      authorize(request, 'work', request.params.queue);
       const abort = new AbortController();
       reply.raw.on('close', () => abort.abort());
       const { max, lease, wait } = request.body;
@@ -147,6 +150,7 @@ export function queueRoutes(
       },
     },
     async (request, reply) => {
+      authorize(request, 'work', request.params.queue);
       const [res] = await queues.ack([jobRef(request.params, request.body.lease)]);
       check(res);
       return reply.code(204).send();
@@ -165,6 +169,7 @@ export function queueRoutes(
       },
     },
     async (request) => {
+      authorize(request, 'work', request.params.queue);
       const { lease, error, delay } = request.body;
       const res = check(await queues.nack(jobRef(request.params, lease), error ?? null, delay ?? null));
       return { id: request.params.id, state: res.state, attempt: res.attempt, runAt: iso(res.runAt) };
@@ -183,6 +188,7 @@ export function queueRoutes(
       },
     },
     async (request) => {
+      authorize(request, 'work', request.params.queue);
       const { lease, seconds } = request.body;
       const res = check(await queues.extend(jobRef(request.params, lease), seconds));
       return { id: request.params.id, leaseExpiresAt: iso(res.leaseExpiresAt) };
@@ -202,6 +208,7 @@ export function queueRoutes(
     },
     async (request) => {
       const { queue } = request.params;
+      authorize(request, 'work', queue);
       const items = request.body.map((i) => ({ queue, id: i.id, lease: i.lease }));
       const results = await queues.ack(items);
       return {
@@ -217,7 +224,8 @@ export function queueRoutes(
   app.get(
     '/v1/queues',
     { schema: { tags: QUEUE_TAGS, summary: 'Every queue with its counts', response: listResponse } },
-    async () => ({ queues: await queues.stats(null) }),
+    // Only the queues this token may enqueue to or work on (all of them for an admin).
+    async (request) => ({ queues: (await queues.stats(null)).filter((q) => canSeeQueue(request, q.name)) }),
   );
 
   app.get<QueueReq>(
@@ -231,6 +239,7 @@ export function queueRoutes(
       },
     },
     async (request) => {
+      authorizeQueueRead(request, request.params.queue);
       const [stats] = await queues.stats(request.params.queue);
       if (!stats) {
         throw new ApiError(
@@ -246,6 +255,7 @@ export function queueRoutes(
   app.get<{ Params: { queue: string }; Querystring: { limit: number; after?: string } }>(
     '/v1/queues/:queue/dead',
     {
+      config: { access: 'admin' },
       schema: {
         tags: QUEUE_TAGS,
         summary: 'Dead-lettered jobs, oldest first',
@@ -270,6 +280,7 @@ export function queueRoutes(
   app.post<{ Params: { queue: string; id: string } }>(
     '/v1/queues/:queue/dead/:id/retry',
     {
+      config: { access: 'admin' },
       schema: {
         tags: QUEUE_TAGS,
         summary: 'Redrive one dead job',
@@ -290,6 +301,7 @@ export function queueRoutes(
   app.post<QueueReq>(
     '/v1/queues/:queue/dead/retry',
     {
+      config: { access: 'admin' },
       schema: {
         tags: QUEUE_TAGS,
         summary: 'Redrive every dead job of the queue',
@@ -312,6 +324,8 @@ export function queueRoutes(
       },
     },
     async (request, reply) => {
+      // Watching a queue: like its stats (enqueue, work or admin), whatever the cursor.
+      authorizeQueueRead(request, request.params.queue);
       const header = request.headers['last-event-id'];
       const given = typeof header === 'string' && header !== '' ? header : request.query.after;
       const start = given === undefined ? undefined : parseCursor(given);
@@ -323,9 +337,14 @@ export function queueRoutes(
         );
       }
       const from = start ?? (request.query.from === 'earliest' ? START : deps.feed.tailer.position);
+      const started = admitSse(request, reply, config.maxSsePerToken);
       const sink = openSse(reply, formatCursor(from), config.sseRetryMs);
       const sub = deps.feed.hub.subscribe([queueStream(request.params.queue)], from, sink);
       reply.raw.on('close', () => deps.feed.hub.unsubscribe(sub));
+      started((frame) => {
+        sink.end(frame);
+        deps.feed.hub.unsubscribe(sub);
+      });
       return reply;
     },
   );
@@ -334,6 +353,7 @@ export function queueRoutes(
     app.post<QueueReq>(
       `/v1/queues/:queue/${action}`,
       {
+        config: { access: 'admin' },
         schema: {
           summary:
             action === 'pause' ? 'Stop handing out jobs (enqueues still accepted)' : 'Hand out jobs again',

@@ -1,6 +1,7 @@
 /** GET /v1/streams: stream names with their recent activity (for the live page and operators). */
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
+import { canSubscribe } from '../auth/access.ts';
 import type { Database } from '../db/database.ts';
 import { listStreams } from './queries.ts';
 import { streamListQuery, streamListResponse } from './schemas.ts';
@@ -27,7 +28,8 @@ export function streamListRoutes(app: FastifyInstance, deps: { db: Kysely<Databa
         limit: request.query.limit,
         window: STATS_WINDOW,
       });
-      return { streams, window: STATS_WINDOW, more };
+      // Only the streams this token may read (every stream when access control is off).
+      return { streams: streams.filter((s) => canSubscribe(request, s.name)), window: STATS_WINDOW, more };
     },
   );
 }

@@ -3,6 +3,7 @@
  * writes go through the batcher, reads through the tailer and hub.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { admitSse, authorize } from '../auth/access.ts';
 import type { Config } from '../config.ts';
 import { ApiError, RETRY_AFTER_S } from '../errors.ts';
 import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
@@ -42,6 +43,7 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
     },
     async (request, reply) => {
       const { stream } = request.params;
+      authorize(request, 'publish', stream);
       const body = request.body;
       if (Array.isArray(body)) {
         const inputs = body.map((e, i) => toEventInput(stream, e, config.maxEventBytes, `events[${i}]`));
@@ -117,6 +119,8 @@ async function readStreams(
   feed: Feed,
   config: Config,
 ): Promise<unknown> {
+  // Every stream up front, whatever the cursor: replay is authorized like live delivery.
+  authorize(request, 'subscribe', streams);
   const start = await startCursor(request, query, feed);
   if (wantsSse(request)) {
     if (feed.hub.subscriberCount >= config.maxSseConnections) {
@@ -127,9 +131,15 @@ async function readStreams(
         { 'retry-after': String(RETRY_AFTER_S) },
       );
     }
+    const started = admitSse(request, reply, config.maxSsePerToken);
     const sink = openSse(reply, formatCursor(start), config.sseRetryMs);
     const sub = feed.hub.subscribe(streams, start, sink);
     reply.raw.on('close', () => feed.hub.unsubscribe(sub));
+    // An expiring token ends the stream at expiry with `event: auth-expired`.
+    started((frame) => {
+      sink.end(frame);
+      feed.hub.unsubscribe(sub);
+    });
     return reply;
   }
 

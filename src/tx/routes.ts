@@ -3,6 +3,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
+import { authorize } from '../auth/access.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
@@ -24,6 +25,11 @@ export function txRoutes(
     },
     async (request) => {
       const ops = parseOps(request.body.ops, deps.config.maxEventBytes);
+      // The stream or queue of every op, before anything is written.
+      for (const op of ops) {
+        if (op.kind === 'publish') authorize(request, 'publish', op.event.stream);
+        else authorize(request, 'enqueue', (op as { job: { queue: string } }).job.queue);
+      }
       return { results: await runOps(deps, ops) };
     },
   );

@@ -1,0 +1,283 @@
+/**
+ * Bearer tokens: signed JWTs (jose) whose `commitfeed` claim lists what the bearer may do, as name
+ * patterns:
+ *
+ * ```json
+ * { "sub": "billing-ui", "exp": 1767225600,
+ *   "commitfeed": { "publish": ["orders.*"], "subscribe": ["*"], "enqueue": ["emails"],
+ *                   "work": ["emails"], "admin": false } }
+ * ```
+ *
+ * A pattern is an exact name or a glob where `*` matches any run of characters (`orders.*` matches
+ * `orders.eu` and `orders.eu.paid`, not `orders`; `*` matches every name). A missing list grants
+ * nothing; `admin: true` grants queue administration and /metrics (when it requires admin) only.
+ *
+ * Keys come from configuration, and each key type pins its algorithms: `JWT_SECRET` verifies HS256
+ * only, a PEM public key verifies RS256 (RSA), ES256/ES384 (P-256/P-384) or EdDSA (Ed25519), a JWKS
+ * file verifies by `kid` with the algorithm of each key. `alg: none`, and an algorithm no configured
+ * key is pinned to (e.g. HS256 signed with a public key as the secret), are rejected before any
+ * signature check.
+ */
+import { createPublicKey } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import {
+  type JSONWebKeySet,
+  type JWTPayload,
+  type JWTVerifyGetKey,
+  SignJWT,
+  createLocalJWKSet,
+  decodeProtectedHeader,
+  errors,
+  importSPKI,
+  jwtVerify,
+} from 'jose';
+
+export const CLAIM = 'commitfeed';
+export type Action = 'publish' | 'subscribe' | 'enqueue' | 'work';
+export const ACTIONS: readonly Action[] = ['publish', 'subscribe', 'enqueue', 'work'];
+
+/** What a request may do. */
+export interface Principal {
+  /** The token's `sub`, for logs; undefined when auth is off. */
+  subject: string | undefined;
+  /** Identifies the token itself (for per-token connection limits); '' when auth is off. */
+  tokenId: string;
+  /** Expiry in ms since the epoch, or undefined for a token without `exp`. */
+  expiresAt: number | undefined;
+  can(action: Action, name: string): boolean;
+  admin: boolean;
+}
+
+/** Everything allowed: auth is off. */
+export const OPEN: Principal = Object.freeze({
+  subject: undefined,
+  tokenId: '',
+  expiresAt: undefined,
+  can: () => true,
+  admin: true,
+});
+
+/** Patterns may only use name characters and `*`. */
+const PATTERN_RE = /^[A-Za-z0-9._:*-]{1,200}$/;
+
+/** Compiles name patterns into one predicate. */
+export function matcher(patterns: readonly string[]): (name: string) => boolean {
+  if (patterns.includes('*')) return () => true;
+  const exact = new Set(patterns.filter((p) => !p.includes('*')));
+  const globs = patterns.filter((p) => p.includes('*'));
+  if (globs.length === 0) return (name) => exact.has(name);
+  const re = new RegExp(
+    `^(?:${globs.map((g) => g.replace(/[.]/g, '\\.').replace(/\*+/g, '.*')).join('|')})$`,
+  );
+  return (name) => exact.has(name) || re.test(name);
+}
+
+export class TokenError extends Error {}
+
+/** Checks the claim's shape and builds the principal. */
+export function principalFromClaims(payload: JWTPayload, tokenId: string): Principal {
+  const raw = payload[CLAIM];
+  const claim = (raw ?? {}) as Record<string, unknown>;
+  if (typeof claim !== 'object' || claim === null || Array.isArray(claim)) {
+    throw new TokenError(`the "${CLAIM}" claim must be an object`);
+  }
+  const checks = new Map<Action, (name: string) => boolean>();
+  for (const action of ACTIONS) {
+    const list = claim[action] ?? [];
+    if (!Array.isArray(list) || !list.every((p) => typeof p === 'string' && PATTERN_RE.test(p))) {
+      throw new TokenError(
+        `"${CLAIM}.${action}" must be a list of name patterns (letters, digits, . _ : - and *)`,
+      );
+    }
+    checks.set(action, matcher(list as string[]));
+  }
+  if (claim.admin !== undefined && typeof claim.admin !== 'boolean') {
+    throw new TokenError(`"${CLAIM}.admin" must be true or false`);
+  }
+  return {
+    subject: typeof payload.sub === 'string' ? payload.sub : undefined,
+    tokenId,
+    expiresAt: typeof payload.exp === 'number' ? payload.exp * 1000 : undefined,
+    can: (action, name) => checks.get(action)!(name),
+    admin: claim.admin === true,
+  };
+}
+
+export interface KeyConfig {
+  jwtSecret?: string;
+  /** PEM (SPKI) public key text. */
+  jwtPublicKey?: string;
+  /** Path of a JSON Web Key Set with public keys. */
+  jwksFile?: string;
+  jwtIssuer?: string;
+  jwtAudience?: string;
+}
+
+export function hasKeys(k: KeyConfig): boolean {
+  return Boolean(k.jwtSecret || k.jwtPublicKey || k.jwksFile);
+}
+
+type KeyFor = { algs: readonly string[]; key: Parameters<typeof jwtVerify>[1] };
+
+/** The algorithm an asymmetric public key is pinned to. */
+function algForPem(pem: string): string {
+  const key = createPublicKey(pem);
+  switch (key.asymmetricKeyType) {
+    case 'rsa':
+      return 'RS256';
+    case 'ec': {
+      const curve = key.asymmetricKeyDetails?.namedCurve;
+      if (curve === 'prime256v1') return 'ES256';
+      if (curve === 'secp384r1') return 'ES384';
+      throw new Error(`JWT_PUBLIC_KEY: unsupported EC curve ${curve} (use P-256 or P-384)`);
+    }
+    case 'ed25519':
+      return 'EdDSA';
+    default:
+      throw new Error(
+        `JWT_PUBLIC_KEY: unsupported key type ${key.asymmetricKeyType} (use RSA, EC P-256/P-384 or Ed25519)`,
+      );
+  }
+}
+
+/** The algorithm each JWK of a set is pinned to: its own `alg`, else the one its type implies. */
+function algForJwk(jwk: Record<string, unknown>, file: string): string {
+  if (jwk.kty === 'oct' || 'd' in jwk) {
+    throw new Error(`JWKS_FILE ${file}: only public keys belong here (use JWT_SECRET for HS256)`);
+  }
+  const implied =
+    jwk.kty === 'RSA'
+      ? 'RS256'
+      : jwk.kty === 'EC' && jwk.crv === 'P-256'
+        ? 'ES256'
+        : jwk.kty === 'EC' && jwk.crv === 'P-384'
+          ? 'ES384'
+          : jwk.kty === 'OKP' && jwk.crv === 'Ed25519'
+            ? 'EdDSA'
+            : undefined;
+  if (!implied) throw new Error(`JWKS_FILE ${file}: unsupported key ${JSON.stringify(jwk.kty)}/${jwk.crv}`);
+  if (
+    jwk.alg !== undefined &&
+    jwk.alg !== implied &&
+    !(implied === 'RS256' && /^(RS|PS)(256|384|512)$/.test(String(jwk.alg)))
+  ) {
+    throw new Error(`JWKS_FILE ${file}: key alg ${jwk.alg} does not fit its type ${jwk.kty}`);
+  }
+  return typeof jwk.alg === 'string' ? jwk.alg : implied;
+}
+
+export interface Verifier {
+  /** Verifies a compact JWT and returns its principal; throws TokenError with a reason. */
+  verify(token: string): Promise<Principal>;
+  /** Every algorithm some configured key accepts (for the start-up log). */
+  algorithms: readonly string[];
+}
+
+/** Builds the verifier from configuration; throws with a readable message on a bad key. */
+export async function createVerifier(k: KeyConfig): Promise<Verifier> {
+  const keys: KeyFor[] = [];
+  if (k.jwtSecret) {
+    if (Buffer.byteLength(k.jwtSecret) < 32) {
+      throw new Error('JWT_SECRET must be at least 32 bytes (e.g. `openssl rand -base64 32`)');
+    }
+    keys.push({ algs: ['HS256'], key: new TextEncoder().encode(k.jwtSecret) });
+  }
+  if (k.jwtPublicKey) {
+    const alg = algForPem(k.jwtPublicKey);
+    keys.push({ algs: [alg], key: await importSPKI(k.jwtPublicKey, alg) });
+  }
+  let jwks: { algs: string[]; get: JWTVerifyGetKey } | undefined;
+  if (k.jwksFile) {
+    const set = JSON.parse(readFileSync(k.jwksFile, 'utf8')) as JSONWebKeySet;
+    if (!Array.isArray(set.keys) || set.keys.length === 0) {
+      throw new Error(`JWKS_FILE ${k.jwksFile}: expected {"keys":[...]} with at least one key`);
+    }
+    const algs = [
+      ...new Set(set.keys.map((j) => algForJwk(j as unknown as Record<string, unknown>, k.jwksFile!))),
+    ];
+    jwks = { algs, get: createLocalJWKSet(set) };
+  }
+  const algorithms = [...new Set([...keys.flatMap((x) => x.algs), ...(jwks?.algs ?? [])])];
+  const options = {
+    issuer: k.jwtIssuer || undefined,
+    audience: k.jwtAudience || undefined,
+    clockTolerance: 5,
+  };
+
+  return {
+    algorithms,
+    async verify(token) {
+      let alg: unknown;
+      try {
+        alg = decodeProtectedHeader(token).alg;
+      } catch {
+        throw new TokenError('the token is not a signed JWT');
+      }
+      if (typeof alg !== 'string' || !algorithms.includes(alg)) {
+        throw new TokenError(
+          `token algorithm ${JSON.stringify(alg)} is not accepted (accepted: ${algorithms.join(', ')})`,
+        );
+      }
+      const candidates = keys.filter((x) => x.algs.includes(alg as string));
+      let last: unknown;
+      try {
+        for (const c of candidates) {
+          try {
+            const { payload } = await jwtVerify(token, c.key, { ...options, algorithms: c.algs as string[] });
+            return principalFromClaims(payload, tokenId(token));
+          } catch (err) {
+            if (!(err instanceof errors.JWSSignatureVerificationFailed)) throw err;
+            last = err;
+          }
+        }
+        if (jwks?.algs.includes(alg)) {
+          const { payload } = await jwtVerify(token, jwks.get, { ...options, algorithms: jwks.algs });
+          return principalFromClaims(payload, tokenId(token));
+        }
+        throw last;
+      } catch (err) {
+        throw new TokenError(reason(err));
+      }
+    },
+  };
+}
+
+/** The signature part: unique per token, short enough to key a map. */
+function tokenId(token: string): string {
+  return token.slice(token.lastIndexOf('.') + 1, token.lastIndexOf('.') + 44);
+}
+
+function reason(err: unknown): string {
+  if (err instanceof TokenError) return err.message;
+  if (err instanceof errors.JWTExpired) return 'the token has expired';
+  if (err instanceof errors.JWTClaimValidationFailed)
+    return `the token's "${err.claim}" claim is not accepted (${err.reason})`;
+  if (err instanceof errors.JWSSignatureVerificationFailed) return 'the token signature does not verify';
+  if (err instanceof errors.JWKSNoMatchingKey) return 'no configured key matches the token';
+  if (err instanceof errors.JOSEError) return `the token is invalid (${err.code})`;
+  return 'the token is invalid';
+}
+
+export interface MintOptions {
+  secret: string;
+  subject?: string;
+  /** e.g. '1h', '15m', '30d'; or seconds. */
+  ttl?: string | number;
+  scopes: Partial<Record<Action, string[]>> & { admin?: boolean };
+  issuer?: string;
+  audience?: string;
+}
+
+/** Mints an HS256 token (the dev script and tests). */
+export async function mintToken(o: MintOptions): Promise<string> {
+  const jwt = new SignJWT({ [CLAIM]: o.scopes })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuedAt();
+  if (o.subject) jwt.setSubject(o.subject);
+  if (o.issuer) jwt.setIssuer(o.issuer);
+  if (o.audience) jwt.setAudience(o.audience);
+  if (o.ttl !== undefined) {
+    jwt.setExpirationTime(typeof o.ttl === 'number' ? Math.floor(Date.now() / 1000) + o.ttl : o.ttl);
+  }
+  return jwt.sign(new TextEncoder().encode(o.secret));
+}
