@@ -101,10 +101,7 @@ async function startCursor(request: FastifyRequest, query: ReadQuery, feed: Feed
     }
     return c;
   }
-  if (query.from === 'earliest') return START;
-  // Read-your-writes: include events this process has already acknowledged.
-  await feed.tailer.settled();
-  return feed.tailer.position;
+  return query.from === 'earliest' ? START : feed.tailer.position;
 }
 
 function wantsSse(request: FastifyRequest): boolean {
@@ -121,6 +118,9 @@ async function readStreams(
 ): Promise<unknown> {
   // Every stream up front, whatever the cursor: replay is authorized like live delivery.
   authorize(request, 'subscribe', streams);
+  // Read-your-writes: the tail must include every event this process has acknowledged, or a read
+  // right after a publish (or a `latest` cursor primed now) would miss or precede it.
+  await feed.tailer.settled();
   const start = await startCursor(request, query, feed);
   if (wantsSse(request)) {
     if (feed.hub.subscriberCount >= config.maxSseConnections) {
