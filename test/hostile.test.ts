@@ -151,6 +151,21 @@ t.test('hostile requests', async (t) => {
       400,
       'invalid_request',
     ],
+    [
+      'transaction over 1000 ops',
+      json(
+        '/v1/tx',
+        JSON.stringify({ ops: Array.from({ length: 1001 }, () => ({ publish: { stream: 's', data: 0 } })) }),
+      ),
+      400,
+      'invalid_request',
+    ],
+    [
+      'transaction op on a forbidden stream',
+      json('/v1/tx', '{"ops":[{"publish":{"stream":"b","data":1}}]}', { authorization: `Bearer ${onlyA}` }),
+      403,
+      'forbidden',
+    ],
     // Names
     ['NUL in stream name', json('/v1/streams/a%00b/events', '{"data":1}'), 400, 'invalid_name'],
     ['newline in stream name', json('/v1/streams/a%0Ab/events', '{"data":1}'), 400, 'invalid_name'],
