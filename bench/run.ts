@@ -22,7 +22,7 @@ import { dropNats, dropRedis, type PeerStatus, prepareNats, prepareRedis } from 
 import { spawnNode, stop, waitForHttp } from './lib/proc.ts';
 import { summarizeProfile } from './lib/profile.ts';
 import { markdownTable, plotSvg, textTable } from './lib/report.ts';
-import { machineBusyCores, machineFacts } from './lib/sys.ts';
+import { machineBusyCores, machineFacts, setBenchDatabase } from './lib/sys.ts';
 import { scenario5 } from './scenarios/catchup.ts';
 import { scenario3, scenario4, scenario6 } from './scenarios/delivery.ts';
 import { scenario1, scenario2 } from './scenarios/publish.ts';
@@ -47,6 +47,7 @@ const HELP = `npm run bench -- [flags]
   --catchup-events N      scenario 5 preloaded events (default 1000000; quick 100000)
   --preload http|sql      scenario 5 preload through the API (default) or straight SQL
   --catchup-timeout S     scenario 5 gives up catching up after S seconds (default 180; quick 60)
+  --no-analyze            scenario 5: do not ANALYZE after the preload (as with autovacuum off)
   --stall-ms MS           scenario 6 held-transaction time (default 2000)
   --db NAME               database, dropped and created afresh (default commitfeed_bench)
   --port N                commitfeed port (default 3210); the naive peer uses --naive-port (3211)
@@ -81,6 +82,7 @@ function parseOptions(argv: string[]): Options {
       'catchup-events': { type: 'string' },
       preload: { type: 'string' },
       'catchup-timeout': { type: 'string' },
+      'no-analyze': { type: 'boolean' },
       'stall-ms': { type: 'string' },
       db: { type: 'string' },
       port: { type: 'string' },
@@ -134,6 +136,7 @@ function parseOptions(argv: string[]): Options {
     catchupEvents: num(v['catchup-events'], 1_000_000, 100_000),
     preload,
     catchupTimeoutSec: num(v['catchup-timeout'], 180, 60),
+    analyzeAfterPreload: !(v['no-analyze'] ?? false),
     stallMs: num(v['stall-ms'], 2000),
     db,
     port: num(v.port, 3210),
@@ -165,11 +168,12 @@ async function freshDatabase(db: string): Promise<{ url: string; facts: Record<s
     await admin.query(`CREATE DATABASE ${db}`);
     const { rows } = await admin.query<{ name: string; setting: string }>(
       `SELECT name, setting FROM pg_settings
-       WHERE name IN ('server_version', 'max_connections', 'shared_buffers', 'synchronous_commit', 'fsync', 'wal_level')`,
+       WHERE name IN ('server_version', 'max_connections', 'shared_buffers', 'synchronous_commit', 'fsync', 'wal_level',
+                      'autovacuum', 'jit')`,
     );
     const s = Object.fromEntries(rows.map((r) => [r.name, r.setting]));
     facts['postgres'] =
-      `PostgreSQL ${s['server_version']} on 127.0.0.1:5432 (synchronous_commit=${s['synchronous_commit']}, fsync=${s['fsync']}, ` +
+      `PostgreSQL ${s['server_version']} on 127.0.0.1:5432 (synchronous_commit=${s['synchronous_commit']}, fsync=${s['fsync']}, autovacuum=${s['autovacuum']}, jit=${s['jit']}, ` +
       `shared_buffers=${(Number(s['shared_buffers']) * 8) / 1024} MB, max_connections=${s['max_connections']})`;
   } finally {
     await admin.end();
@@ -279,6 +283,7 @@ async function main(): Promise<void> {
   if (busy > 0.2)
     log(`WARNING: the machine is already busy (${busy.toFixed(2)} cores) before the bench starts`);
   const db = await freshDatabase(opts.db);
+  setBenchDatabase(opts.db);
   Object.assign(facts, db.facts);
   const wants = (p: string) => opts.peers.includes(p);
   const [nats, redis]: PeerStatus[] = await Promise.all([

@@ -24,6 +24,7 @@ export interface Options {
   catchupEvents: number;
   preload: 'http' | 'sql';
   catchupTimeoutSec: number;
+  analyzeAfterPreload: boolean;
   stallMs: number;
   db: string;
   port: number;

@@ -85,6 +85,12 @@ export interface CpuMark {
 }
 
 /** Samples CPU seconds of the server, all postgres processes, the machine, and any extra pids. */
+let benchDb = '';
+/** Makes cpuMark count only the PostgreSQL backends of this database (see postgresCpuSeconds). */
+export function setBenchDatabase(db: string): void {
+  benchDb = db;
+}
+
 export function cpuMark(serverPid: number | undefined, extraPids: number[] = []): CpuMark {
   let extra = 0;
   for (const p of extraPids) {
@@ -94,7 +100,7 @@ export function cpuMark(serverPid: number | undefined, extraPids: number[] = [])
   return {
     at: performance.now(),
     server: serverPid ? cpuSeconds(serverPid) : 0,
-    postgres: cpuSecondsByName('postgres'),
+    postgres: benchDb ? postgresCpuSeconds(benchDb) : cpuSecondsByName('postgres'),
     machine: machineBusySeconds(),
     extra,
   };
@@ -131,4 +137,26 @@ export async function machineBusyCores(ms = 1000): Promise<number> {
   const t = performance.now();
   await new Promise((r) => setTimeout(r, ms));
   return (machineBusySeconds() - a) / ((performance.now() - t) / 1000);
+}
+
+/**
+ * CPU seconds of the PostgreSQL processes working for `db`: its live backends plus the cluster's
+ * background processes (WAL writer, checkpointer, ...). Backends of other databases (other users of
+ * a shared server) are left out, and so are exited backends, whose time the postmaster only keeps
+ * for all databases together: sample while a run's connections are open.
+ */
+export function postgresCpuSeconds(db: string): number {
+  let sum = 0;
+  for (const pid of pidsByName('postgres')) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
+      // "postgres: 15/main: <user> <db> <host(port)> <state>" for a client backend
+      const m = /^postgres: \S+: (\S+) (\S+) (\S+\(\d+\)|\[local\])/.exec(cmd);
+      if (m && m[2] !== db) continue;
+      sum += cpuSeconds(pid);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return sum;
 }

@@ -34,7 +34,7 @@ function cpuCell(a: CpuMark, b: CpuMark, loaderSec: number): string {
 }
 
 const CPU_NOTE =
-  'CPU columns are cores in use during the run: server / all postgres processes / load generator / whole machine (2 cores = 2.00).';
+  "CPU columns are cores in use during the run: server / postgres (the bench database's backends and the cluster's background processes) / load generator / whole machine (2 cores = 2.00; anything above the sum of the first three is other work on the machine).";
 
 /** Long-lived load processes, one per kind, each running one measurement after another. */
 export class Loaders {
