@@ -16,6 +16,7 @@
  */
 import { hostname } from 'node:os';
 import { type Kysely, sql } from 'kysely';
+import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import {
   createPartition,
@@ -27,14 +28,17 @@ import {
 } from './retention.ts';
 import { trimDeadJobs } from './retention-queues.ts';
 
-export interface JanitorOptions {
-  retentionMs: number;
-  partitionIntervalMs: number;
-  partitionPremake: number;
-  dedupWindowMs: number;
-  /** 0: no timer (maintenance only through runOnce). */
-  janitorIntervalMs: number;
-  janitorLockTimeoutMs: number;
+/** The retention settings (documented in config.ts); janitorIntervalMs 0: no timer, runOnce only. */
+export interface JanitorOptions
+  extends Pick<
+    Config,
+    | 'retentionMs'
+    | 'partitionIntervalMs'
+    | 'partitionPremake'
+    | 'dedupWindowMs'
+    | 'janitorIntervalMs'
+    | 'janitorLockTimeoutMs'
+  > {
   log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
   /** The clock (tests move it instead of sleeping for days). */
   now?: () => Date;
