@@ -9,6 +9,7 @@ import { cpuMark, coresUsed } from '../lib/sys.ts';
 import { httpPath, postJson } from '../lib/targets.ts';
 import type { PublisherArgs, PublisherResult } from '../workers/publisher.ts';
 import type { SubscriberArgs, SubscriberResult } from '../workers/subscriber.ts';
+import { waitForTailer } from './delivery.ts';
 
 const STREAM = 's5-catchup';
 
@@ -99,6 +100,8 @@ export async function scenario5(ctx: Ctx): Promise<void> {
         "The machine's PostgreSQL runs with autovacuum=off, so nothing else would ever analyze the new rows. Without statistics (`--no-analyze`) the catch-up query was planned as a bitmap scan of the whole stream plus a sort for every 1,000-row page: a 1,000,000-event catch-up ran at about 1,000 events/s and did not finish in 180 s.",
       );
     } else table.rows.push(['statistics', 'none gathered after the preload (--no-analyze)']);
+    const lag = await waitForTailer(server.port);
+    if (lag) table.notes.push(lag);
     log('scenario 5: catching up');
     const subArgs: SubscriberArgs = {
       kind: 'sse',

@@ -22,6 +22,8 @@ interface DeliveryRun {
   onReady?: () => void;
   onTick?: () => void;
   connectTimeoutMs?: number;
+  /** Receives remarks worth printing under the table (e.g. slow priming). */
+  notes?: string[];
 }
 
 export async function runDelivery(
@@ -33,8 +35,15 @@ export async function runDelivery(
   });
   let pubW: Worker<PublisherResult> | undefined;
   try {
-    const ready = await sub.next('ready', r.connectTimeoutMs ?? 60_000);
+    const ready = await sub.next('ready', r.connectTimeoutMs ?? 120_000);
     const connected = Number(ready['connected']);
+    if (r.sub.kind === 'sse') {
+      const primed = Number(ready['primed']);
+      const slow = Number(ready['primeMaxMs']) > 1000 || primed < connected;
+      const msg = `${r.label}: ${primed} of ${connected} subscribers primed an id at connect (connect → primed p50 ${fmtMs(Number(ready['primeP50Ms']))} ms, max ${fmtMs(Number(ready['primeMaxMs']))} ms)`;
+      if (slow) log(`  ${msg}`);
+      r.notes?.push(msg);
+    }
     if (Number(ready['failed']) > 0)
       log(
         `  ${r.label}: ${ready['failed']} subscribers failed to connect: ${String(ready['firstConnectError'])}`,
@@ -61,6 +70,41 @@ export async function runDelivery(
   } finally {
     await sub.stop();
     if (pubW) await pubW.stop();
+  }
+}
+
+/**
+ * Waits until commitfeed's tailer has read every event written so far (its /metrics counters), so a
+ * latency run does not start behind the backlog an earlier scenario left; says how far behind it was.
+ */
+export async function waitForTailer(port: number, timeoutMs = 180_000): Promise<string | undefined> {
+  const read = async () => {
+    const text = await (
+      await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(5000) })
+    ).text();
+    const get = (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+    return { written: get('commitfeed_events_written_total'), read: get('commitfeed_tailer_events_total') };
+  };
+  try {
+    const t0 = performance.now();
+    const first = await read();
+    if (!Number.isFinite(first.written) || !Number.isFinite(first.read)) return undefined;
+    let now = first;
+    while (now.read < now.written && performance.now() - t0 < timeoutMs) {
+      await sleep(250);
+      now = await read();
+    }
+    const behind = first.written - first.read;
+    if (behind <= 0) return undefined;
+    const sec = (performance.now() - t0) / 1000;
+    const msg =
+      now.read < now.written
+        ? `commitfeed's tailer was ${fmtNum(behind)} events behind the writes when this scenario began, and still ${fmtNum(now.written - now.read)} behind after ${sec.toFixed(0)} s`
+        : `commitfeed's tailer was ${fmtNum(behind)} events behind the writes when this scenario began; the bench waited ${sec.toFixed(1)} s for it to catch up before measuring`;
+    log(`  ${msg}`);
+    return msg;
+  } catch {
+    return undefined;
   }
 }
 
@@ -164,8 +208,13 @@ export async function scenario3(ctx: Ctx): Promise<void> {
   for (const run of runs) {
     log(`scenario 3: ${run.name}`);
     try {
+      if (run.name.startsWith('commitfeed')) {
+        const lag = await waitForTailer(ctx.commitfeed!.port);
+        if (lag) table.notes.push(lag);
+      }
       const { sub, pub } = await runDelivery({
         label: run.name,
+        notes: table.notes,
         sub: run.sub,
         pub: {
           target: run.target,
@@ -247,6 +296,7 @@ export async function scenario4(ctx: Ctx): Promise<void> {
     const t0 = performance.now();
     const { sub, pub, connected, subCpuSec } = await runDelivery({
       label: 'fan-out',
+      notes: table.notes,
       sub: { kind: 'sse', port: server.port, streams: subStreams, connectBatch: 256 },
       pub: {
         target: { kind: 'http', port: server.port },
@@ -388,8 +438,13 @@ export async function scenario6(ctx: Ctx): Promise<void> {
     log(`scenario 6: ${run.name}`);
     let how = '';
     try {
+      if (run.name === 'commitfeed') {
+        const lag = await waitForTailer(run.port);
+        if (lag) table.notes.push(lag);
+      }
       const { sub, pub } = await runDelivery({
         label: run.name,
+        notes: table.notes,
         sub: { kind: 'sse', port: run.port, streams: Array(subsPerStream).fill(stream) },
         pub: {
           target: { kind: 'http', port: run.port },

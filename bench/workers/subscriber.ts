@@ -11,7 +11,7 @@ import { Redis } from 'ioredis';
 import { connect, consumerOpts, type NatsConnection } from 'nats';
 import { SseConnection } from '../lib/sse-client.ts';
 import { fromParent, runWorker, toParent, workerArgs } from '../lib/proc.ts';
-import { monoMs, Recorder } from '../lib/stats.ts';
+import { monoMs, Recorder, summarize } from '../lib/stats.ts';
 import { natsSubject, REDIS_PORT, redisKey } from '../lib/targets.ts';
 
 export interface SubscriberArgs {
@@ -62,6 +62,9 @@ export interface SubscriberResult {
   loopDelayP99Ms: number;
   loopDelayMaxMs: number;
 }
+
+/** A server that never primes an id at connect counts as subscribed after this long. */
+const PRIME_FALLBACK_MS = 30_000;
 
 class Sub {
   received = 0;
@@ -148,6 +151,8 @@ runWorker(async () => {
   const loop = monitorEventLoopDelay({ resolution: 5 });
   let failed = 0;
   let firstConnectError: string | undefined;
+  // SSE: connect → primed id frame, per subscriber (ms).
+  const primeMs: number[] = [];
   let closeAll: () => Promise<void> = async () => {};
 
   if (a.kind === 'sse') {
@@ -157,6 +162,7 @@ runWorker(async () => {
       const path = `/v1/streams/${encodeURIComponent(sub.stream)}/events${sub.lastId === undefined ? `?from=${from}` : ''}`;
       let settled = false;
       let fallback: NodeJS.Timeout | undefined;
+      const openedAt = monoMs();
       const settle = (ok: boolean, why?: string) => {
         if (settled) return;
         settled = true;
@@ -168,10 +174,11 @@ runWorker(async () => {
         {
           onOpen: () => {
             // A server that does not prime an id at connect: count it subscribed a moment later.
-            fallback = setTimeout(() => settle(true), 2000);
+            fallback = setTimeout(() => settle(true), PRIME_FALLBACK_MS);
           },
           onPrimed: (id) => {
             sub.lastId = id;
+            if (!settled) primeMs.push(monoMs() - openedAt);
             settle(true);
           },
           onEvent: (id, _type, data) => {
@@ -305,7 +312,17 @@ runWorker(async () => {
   }
   const connectSec = (monoMs() - t0) / 1000;
   loop.enable();
-  toParent({ type: 'ready', connected: subs.length - failed, failed, firstConnectError, connectSec });
+  const primed = summarize(primeMs);
+  toParent({
+    type: 'ready',
+    connected: subs.length - failed,
+    failed,
+    firstConnectError,
+    connectSec,
+    primed: primed.count,
+    primeP50Ms: primed.p50,
+    primeMaxMs: primed.max,
+  });
 
   const progress = setInterval(() => {
     process.stderr.write(`  ${a.label}: ${received} events received\n`);
