@@ -80,6 +80,8 @@ export interface CpuMark {
   at: number;
   server: number;
   postgres: number;
+  /** Per backend, when only one database's backends are counted. */
+  postgresByPid?: Map<number, number>;
   machine: number;
   extra: number;
 }
@@ -100,10 +102,20 @@ export function cpuMark(serverPid: number | undefined, extraPids: number[] = [])
   return {
     at: performance.now(),
     server: serverPid ? cpuSeconds(serverPid) : 0,
-    postgres: benchDb ? postgresCpuSeconds(benchDb) : cpuSecondsByName('postgres'),
+    postgres: benchDb ? 0 : cpuSecondsByName('postgres'),
+    postgresByPid: benchDb ? postgresCpuSeconds(benchDb) : undefined,
     machine: machineBusySeconds(),
     extra,
   };
+}
+
+/** Postgres CPU seconds between two marks. Per backend when known: a backend that started meanwhile
+ * counts whole, one that exited meanwhile loses only its last seconds (never a negative total). */
+function pgDelta(a: CpuMark, b: CpuMark): number {
+  if (!a.postgresByPid || !b.postgresByPid) return b.postgres - a.postgres;
+  let sum = 0;
+  for (const [pid, sec] of b.postgresByPid) sum += Math.max(0, sec - (a.postgresByPid.get(pid) ?? 0));
+  return sum;
 }
 
 /** Cores used between two marks: server, postgres, the whole machine, extra pids. */
@@ -114,7 +126,7 @@ export function coresUsed(
   const sec = (b.at - a.at) / 1000;
   return {
     server: (b.server - a.server) / sec,
-    postgres: (b.postgres - a.postgres) / sec,
+    postgres: pgDelta(a, b) / sec,
     machine: (b.machine - a.machine) / sec,
     extra: (b.extra - a.extra) / sec,
   };
@@ -145,18 +157,19 @@ export async function machineBusyCores(ms = 1000): Promise<number> {
  * a shared server) are left out, and so are exited backends, whose time the postmaster only keeps
  * for all databases together: sample while a run's connections are open.
  */
-export function postgresCpuSeconds(db: string): number {
-  let sum = 0;
+export function postgresCpuSeconds(db: string): Map<number, number> {
+  const out = new Map<number, number>();
   for (const pid of pidsByName('postgres')) {
     try {
       const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
       // "postgres: 15/main: <user> <db> <host(port)> <state>" for a client backend
       const m = /^postgres: \S+: (\S+) (\S+) (\S+\(\d+\)|\[local\])/.exec(cmd);
       if (m && m[2] !== db) continue;
-      sum += cpuSeconds(pid);
+      const c = cpuSeconds(pid);
+      if (!Number.isNaN(c)) out.set(pid, c);
     } catch {
       // exited meanwhile
     }
   }
-  return sum;
+  return out;
 }

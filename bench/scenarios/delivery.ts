@@ -231,6 +231,7 @@ export async function scenario3(ctx: Ctx): Promise<void> {
         fmtNum(pub.total / pub.elapsedSec),
         ...deliveryCells(sub),
         fmtMs(pub.latency.p99),
+        fmtMs(sub.loopDelayP99Ms),
       ]);
       table.notes.push(...problemsOf(ctx, 3, run.name, sub, pub));
       if (pub.throttled > 0)
