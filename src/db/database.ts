@@ -49,6 +49,11 @@ export function createDatabase(opts: DbOptions): { db: Kysely<Database>; pool: p
     idleTimeoutMillis: 30000,
     statement_timeout: opts.statementTimeoutMs,
     application_name: opts.applicationName ?? 'commitfeed',
+    // JIT compiles a plan when its cost estimate is high, which partitioned feed reads (many
+    // partitions, a one-row trim_mark the planner guesses at 1,330 rows) reach easily: measured on
+    // PostgreSQL 15, a 1,000-row catch-up page took 88 ms with JIT (85 ms of it compiling) and 6.6 ms
+    // without. Our queries are short index scans; JIT never pays for itself here.
+    options: '-c jit=off',
   });
   pool.on('error', (err) => opts.log.warn({ err: err.message }, 'idle database connection failed'));
   pool.on('connect', (client) => {
