@@ -32,6 +32,7 @@ export interface Config {
   sseRetryMs: number;
   /** Bound on one SQL statement, in ms (a stalled database gives 503, not a hang). */
   statementTimeoutMs: number;
+  preparedStatements: boolean;
   /** Most SSE connections one process serves; more get 503 with Retry-After before the stream starts. */
   maxSseConnections: number;
   /** An SSE subscriber whose socket has taken no bytes for this long is dropped (it resumes by id), in ms. */
@@ -131,6 +132,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     heartbeatMs: int(env, 'HEARTBEAT_MS', 15000, 100),
     sseRetryMs: int(env, 'SSE_RETRY_MS', 2000, 0),
     statementTimeoutMs: int(env, 'STATEMENT_TIMEOUT_MS', 30000, 100),
+    preparedStatements: bool(env, 'PREPARED_STATEMENTS', true),
     maxSseConnections: int(env, 'MAX_SSE_CONNECTIONS', 20000, 1),
     slowSubscriberMaxMs: int(env, 'SLOW_SUBSCRIBER_MAX_MS', 30000, 100),
     auth: authMode(env.AUTH),

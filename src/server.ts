@@ -42,6 +42,7 @@ export async function startServer(config: Config): Promise<Server> {
     url: databaseUrl,
     poolSize: config.poolSize,
     statementTimeoutMs: config.statementTimeoutMs,
+    preparedStatements: config.preparedStatements,
     log,
   });
   let feed: Feed | undefined;

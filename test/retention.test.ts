@@ -1,10 +1,10 @@
 // Retention (issue #7) against a real PostgreSQL: partitions roll and are dropped at the boundary
 // (the janitor's clock is passed in, never slept for), readers behind the trim mark get `reset` first
 // (SSE and JSON), two janitors at once, publishing during a drop, and the tail query's plan.
-import { type KyselyPlugin, type RootOperationNode, sql } from 'kysely';
+import { sql } from 'kysely';
 import t from 'tap';
 import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
-import { readTail } from '../src/feed/queries.ts';
+import { RANGE_ONE_SQL, TAIL_SQL } from '../src/feed/queries.ts';
 import { listPartitions, partitionName, readTrimMark } from '../src/feed/retention.ts';
 import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
@@ -249,52 +249,91 @@ t.test('publishing while a partition is being dropped loses nothing', async (t) 
   t.same(all, sorted, 'and then reads every acknowledged publish once');
 });
 
-t.test('the tail query stays an index scan on every partition as the feed grows (EXPLAIN)', async (t) => {
-  const dbUrl = await testDatabase(t);
-  const server = await startTestServer(t, dbUrl, retention({ partitionPremake: 24 }));
-  const db = sqlClient(t, dbUrl);
-  await server.feed.janitor.runOnce(new Date(todayUtc() + 3 * DAY));
-  // 24 hourly partitions ahead plus the daily ones, 10,000 rows in each of the newest dozen.
-  for (let h = 0; h < 12; h++) {
-    const at = new Date(todayUtc() + 3 * DAY + h * HOUR).toISOString();
-    await sql`insert into commitfeed.feed (stream, data, created_at)
+t.test(
+  'the tail and catch-up queries stay index scans on every partition as the feed grows (EXPLAIN)',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const server = await startTestServer(t, dbUrl, retention({ partitionPremake: 24 }));
+    const db = sqlClient(t, dbUrl);
+    await server.feed.janitor.runOnce(new Date(todayUtc() + 3 * DAY));
+    // 24 hourly partitions ahead plus the daily ones, 10,000 rows in each of the newest dozen.
+    for (let h = 0; h < 12; h++) {
+      const at = new Date(todayUtc() + 3 * DAY + h * HOUR).toISOString();
+      await sql`insert into commitfeed.feed (stream, data, created_at)
               select 's' || (g % 50), to_json(g), ${at}::timestamptz + g * interval '1 ms'
               from generate_series(1, 10000) g`.execute(db);
-  }
-  await sql`analyze commitfeed.feed`.execute(db);
-  const { rows } = await sql<{ txid: string; id: string }>`
-    select txid::text as txid, id::text as id from commitfeed.feed order by txid desc, id desc offset 100 limit 1`.execute(
-    db,
-  );
-  const cursor = { txid: Number(rows[0].txid), id: Number(rows[0].id) };
-  const plan: string[] = [];
-  const explain: KyselyPlugin = {
-    transformQuery: ({ node }) => {
-      if (node.kind !== 'RawNode') return node;
-      const [first, ...rest] = node.sqlFragments;
-      return { ...node, sqlFragments: [`explain (costs off) ${first}`, ...rest] } as RootOperationNode;
-    },
-    transformResult: async ({ result }) => {
-      for (const r of result.rows) plan.push(String((r as Record<string, unknown>)['QUERY PLAN']));
-      return result;
-    },
-  };
-  const full = (await listPartitions(db)).filter((p) => p.rowsEstimate > 0).map((p) => p.name);
-  t.equal(full.length, 12);
-  // Near the tail (the tailer's steady state) and far behind it (a tailer catching up).
-  for (const at of [cursor, { txid: 0, id: 0 }]) {
-    plan.length = 0;
-    await readTail(db.withPlugin(explain), at, 1000).catch(() => {});
-    const text = plan.join('\n');
-    const main = text.slice(text.indexOf('Nested Loop'));
-    t.comment(main.split('\n').slice(0, 6).join('\n'));
-    for (const name of full) {
-      t.match(
-        main,
-        new RegExp(`Index (Only )?Scan using ${name}_txid_id_idx on ${name} `),
-        `index scan on ${name}`,
-      );
-      t.notMatch(text, new RegExp(`Seq Scan on ${name} `), `no sequential scan of ${name}`);
     }
-  }
-});
+    await sql`analyze commitfeed.feed`.execute(db);
+    const { rows } = await sql<{ txid: string; id: string }>`
+    select txid::text as txid, id::text as id from commitfeed.feed order by txid desc, id desc offset 100 limit 1`.execute(
+      db,
+    );
+    const cursor = { txid: Number(rows[0].txid), id: Number(rows[0].id) };
+    const upTo = { txid: Number(rows[0].txid) + 1, id: 0 };
+    // The server runs these as prepared statements, and PostgreSQL switches a prepared statement to a
+    // generic plan (parameters unknown) after five runs when it looks no worse: both must hold.
+    const explain = (mode: string, text: string, params: string) =>
+      db.connection().execute(async (conn) => {
+        await sql`set plan_cache_mode = ${sql.raw(mode)}`.execute(conn);
+        await sql`prepare p as ${sql.raw(text)}`.execute(conn);
+        try {
+          const plan = await sql<{
+            'QUERY PLAN': string;
+          }>`explain (costs off) execute p(${sql.raw(params)})`.execute(conn);
+          return plan.rows.map((r) => r['QUERY PLAN']).join('\n');
+        } finally {
+          await sql`deallocate p`.execute(conn);
+          await sql`reset plan_cache_mode`.execute(conn);
+        }
+      });
+    const full = (await listPartitions(db)).filter((p) => p.rowsEstimate > 0).map((p) => p.name);
+    t.equal(full.length, 12);
+    for (const mode of ['force_custom_plan', 'force_generic_plan']) {
+      // Near the tail (the tailer's steady state) and far behind it (a tailer catching up); a stream
+      // read from the start (a subscriber catching up from `earliest`).
+      const reads = [
+        {
+          what: 'tail',
+          text: TAIL_SQL,
+          params: `'${cursor.txid}', ${cursor.id}, 1000`,
+          index: 'txid_id_idx',
+        },
+        { what: 'tail from 0', text: TAIL_SQL, params: `'0', 0, 1000`, index: 'txid_id_idx' },
+        {
+          what: 'catch-up',
+          text: RANGE_ONE_SQL,
+          params: `'s7', '0', 0, '${upTo.txid}', ${upTo.id}, 1000`,
+          index: 'stream_txid_id_idx',
+        },
+      ];
+      for (const read of reads) {
+        const text = await explain(mode, read.text, read.params);
+        const main = text.slice(text.indexOf('Nested Loop'));
+        t.comment(`${mode}, ${read.what}:\n${main.split('\n').slice(0, 6).join('\n')}`);
+        for (const name of full) {
+          t.match(
+            main,
+            new RegExp(`(Index (Only )?Scan using|Bitmap Index Scan on) ${name}_${read.index}\\b`),
+            `${mode}, ${read.what}: index scan on ${name}`,
+          );
+          t.notMatch(
+            text,
+            new RegExp(`Seq Scan on ${name} `),
+            `${mode}, ${read.what}: no sequential scan of ${name}`,
+          );
+        }
+        // A custom plan may read a small stream's few rows and sort them; the generic plan, which a
+        // prepared statement keeps using for every cursor and stream, must read in index order under
+        // the LIMIT, never sort a whole stream to return one page.
+        if (mode === 'force_generic_plan') {
+          const underLimit = text.slice(text.indexOf('Limit'));
+          t.notMatch(
+            underLimit,
+            /(^|-> +)(Incremental )?Sort\s*$/m,
+            `${mode}, ${read.what}: no sort under the limit`,
+          );
+        }
+      }
+    }
+  },
+);

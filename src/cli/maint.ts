@@ -27,6 +27,7 @@ const { db } = createDatabase({
   url: config.databaseUrl,
   poolSize: 2,
   statementTimeoutMs: config.statementTimeoutMs,
+  preparedStatements: config.preparedStatements,
   log,
   applicationName: 'commitfeed-maint',
 });

@@ -8,6 +8,7 @@
  */
 import { Kysely, PostgresDialect, type Generated, type Transaction } from 'kysely';
 import pg from 'pg';
+import { PreparingClient } from './prepared.ts';
 
 export const SCHEMA = 'commitfeed';
 
@@ -39,12 +40,15 @@ export interface DbOptions {
   statementTimeoutMs: number;
   log: Logger;
   applicationName?: string;
+  /** Run the hot queries as named prepared statements (src/db/prepared.ts); default true. */
+  preparedStatements?: boolean;
 }
 
 export function createDatabase(opts: DbOptions): { db: Kysely<Database>; pool: pg.Pool } {
   const pool = new pg.Pool({
     connectionString: opts.url,
     max: opts.poolSize,
+    ...(opts.preparedStatements === false ? {} : { Client: PreparingClient }),
     connectionTimeoutMillis: 5000,
     idleTimeoutMillis: 30000,
     statement_timeout: opts.statementTimeoutMs,

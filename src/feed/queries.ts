@@ -5,6 +5,7 @@
  */
 import { CompiledQuery, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
+import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
 
 /** The one channel every feed write notifies (payload empty: the feed, not the notify, is the truth). */
@@ -68,8 +69,9 @@ function toEvent(r: Row): FeedEvent {
  * it validates, drops keys already in the stream, inserts, and notifies once. The batcher, the HTTP
  * transaction endpoint, the library API (src/index.ts) and `commitfeed.publish` all go through it.
  */
-export const APPEND_SQL =
-  'select cursor, duplicate from commitfeed.append($1::text[], $2::text[], $3::text[], $4::json[])';
+export const APPEND_SQL = prepared(
+  'select cursor, duplicate from commitfeed.append($1::text[], $2::text[], $3::text[], $4::json[])',
+);
 
 /** APPEND_SQL's parameters: one array per column. */
 export function appendParams(events: readonly EventInput[]): unknown[] {
@@ -136,27 +138,31 @@ export interface TailPage {
  * from the same statement (same snapshot) as the rows: reading it separately could skip rows that
  * commit in between.
  */
+export const TAIL_SQL = prepared(`
+  with h as (
+    select s.xmin, (select m.txid from commitfeed.trim_mark m) as mark_txid,
+           (select m.id from commitfeed.trim_mark m) as mark_id,
+           exists (select 1 from commitfeed.feed w
+                   where w.txid >= s.xmin and (w.txid, w.id) > ($1::xid8, $2::int8)) as waiting
+    from (select pg_snapshot_xmin(pg_current_snapshot()) as xmin) s
+  )
+  select h.xmin::text as horizon, h.waiting, h.mark_txid::text as mark_txid, h.mark_id::text as mark_id,
+         p.txid::text as txid, p.id::text as id,
+         p.stream, p.type, p.key, p.data::text as data, p.ms
+  from h left join lateral (
+    select f.txid, f.id, f.stream, f.type, f.key, f.data,
+           extract(epoch from f.created_at)::float8 * 1000 as ms
+    from commitfeed.feed f
+    where (f.txid, f.id) > ($1::xid8, $2::int8) and f.txid < h.xmin
+    order by f.txid, f.id
+    limit $3
+  ) p on true
+  order by p.txid, p.id`);
+
 export async function readTail(db: Db, after: Cursor, limit: number): Promise<TailPage> {
-  const { rows } = await sql<Row & { horizon: string; waiting: boolean; mark_txid: string; mark_id: string }>`
-    with h as (
-      select s.xmin, (select m.txid from commitfeed.trim_mark m) as mark_txid,
-             (select m.id from commitfeed.trim_mark m) as mark_id,
-             exists (select 1 from commitfeed.feed w
-                     where w.txid >= s.xmin and (w.txid, w.id) > (${String(after.txid)}::xid8, ${after.id}::int8)) as waiting
-      from (select pg_snapshot_xmin(pg_current_snapshot()) as xmin) s
-    )
-    select h.xmin::text as horizon, h.waiting, h.mark_txid::text as mark_txid, h.mark_id::text as mark_id,
-           p.txid::text as txid, p.id::text as id,
-           p.stream, p.type, p.key, p.data::text as data, p.ms
-    from h left join lateral (
-      select f.txid, f.id, f.stream, f.type, f.key, f.data,
-             extract(epoch from f.created_at)::float8 * 1000 as ms
-      from commitfeed.feed f
-      where (f.txid, f.id) > (${String(after.txid)}::xid8, ${after.id}::int8) and f.txid < h.xmin
-      order by f.txid, f.id
-      limit ${limit}
-    ) p on true
-    order by p.txid, p.id`.execute(db);
+  const { rows } = await db.executeQuery<
+    Row & { horizon: string; waiting: boolean; mark_txid: string; mark_id: string }
+  >(CompiledQuery.raw(TAIL_SQL, [String(after.txid), after.id, limit]));
   const first = rows[0];
   return {
     horizon: Number(first.horizon),
@@ -165,6 +171,25 @@ export async function readTail(db: Db, after: Cursor, limit: number): Promise<Ta
     events: first.txid === null ? [] : rows.map(toEvent),
   };
 }
+
+function rangeSql(streamFilter: string): string {
+  return prepared(`
+  select m.txid::text as mark_txid, m.id::text as mark_id,
+         p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
+  from commitfeed.trim_mark m left join lateral (
+    select f.txid, f.id, f.stream, f.type, f.key, f.data,
+           extract(epoch from f.created_at)::float8 * 1000 as ms
+    from commitfeed.feed f
+    where ${streamFilter}
+      and (f.txid, f.id) > ($2::xid8, $3::int8)
+      and (f.txid, f.id) <= ($4::xid8, $5::int8)
+    order by f.txid, f.id
+    limit $6
+  ) p on true
+  order by p.txid, p.id`);
+}
+export const RANGE_ONE_SQL = rangeSql('f.stream = $1');
+const RANGE_ANY_SQL = rangeSql('f.stream = any($1::text[])');
 
 /**
  * Events of `streams` in (after, upTo], in feed order: the catch-up read. `upTo` must be a position
@@ -181,24 +206,17 @@ export async function readRange(
 ): Promise<{ events: FeedEvent[]; trimMark: Cursor }> {
   if (compareCursors(after, upTo) >= 0) return { events: [], trimMark: START };
   // A single stream uses `=` so the (stream, txid, id) index returns rows already in order.
-  const streamFilter =
-    streams.length === 1
-      ? sql`f.stream = ${streams[0]}`
-      : sql`f.stream = any(${streams as string[]}::text[])`;
-  const { rows } = await sql<Row & { mark_txid: string; mark_id: string }>`
-    select m.txid::text as mark_txid, m.id::text as mark_id,
-           p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
-    from commitfeed.trim_mark m left join lateral (
-      select f.txid, f.id, f.stream, f.type, f.key, f.data,
-             extract(epoch from f.created_at)::float8 * 1000 as ms
-      from commitfeed.feed f
-      where ${streamFilter}
-        and (f.txid, f.id) > (${String(after.txid)}::xid8, ${after.id}::int8)
-        and (f.txid, f.id) <= (${String(upTo.txid)}::xid8, ${upTo.id}::int8)
-      order by f.txid, f.id
-      limit ${limit}
-    ) p on true
-    order by p.txid, p.id`.execute(db);
+  const text = streams.length === 1 ? RANGE_ONE_SQL : RANGE_ANY_SQL;
+  const { rows } = await db.executeQuery<Row & { mark_txid: string; mark_id: string }>(
+    CompiledQuery.raw(text, [
+      streams.length === 1 ? streams[0] : streams,
+      String(after.txid),
+      after.id,
+      String(upTo.txid),
+      upTo.id,
+      limit,
+    ]),
+  );
   const first = rows[0];
   if (first === undefined) return { events: [], trimMark: START };
   const trimMark = { txid: Number(first.mark_txid), id: Number(first.mark_id) };

@@ -1,0 +1,75 @@
+// The hot feed queries run as named prepared statements (src/db/prepared.ts): once per connection
+// they are parsed and planned, then only executed. Checked on the connection itself (prepared
+// statements are per session), with PREPARED_STATEMENTS off, and across a partition being added
+// while statements planned before it stay cached.
+import { sql } from 'kysely';
+import t from 'tap';
+import { createDatabase } from '../src/db/database.ts';
+import { migrate } from '../src/db/migrate.ts';
+import { START } from '../src/feed/cursor.ts';
+import { appendEvents, readTail } from '../src/feed/queries.ts';
+import { createPartition } from '../src/feed/retention.ts';
+import { testDatabase } from './helpers.ts';
+
+const log = { warn() {}, error() {} };
+const event = (n: number) => ({ stream: 'p', type: null, key: null, data: JSON.stringify({ n }) });
+
+async function open(t: { teardown(fn: () => unknown): void }, url: string, preparedStatements: boolean) {
+  const { db } = createDatabase({ url, poolSize: 2, statementTimeoutMs: 5000, log, preparedStatements });
+  t.teardown(() => db.destroy());
+  await migrate(db);
+  return db;
+}
+
+t.test('publishes and tail reads are prepared once per connection', async (t) => {
+  const db = await open(t, await testDatabase(t), true);
+  await db.connection().execute(async (conn) => {
+    for (let i = 0; i < 3; i++) await appendEvents(conn, [event(i)]);
+    const page = await readTail(conn, START, 100);
+    t.equal(page.events.length, 3, 'the prepared tail read returns every event');
+    const { rows } = await sql<{ name: string; statement: string }>`
+      select name, statement from pg_prepared_statements order by name`.execute(conn);
+    t.ok(
+      rows.some((r) => r.statement.includes('commitfeed.append(')),
+      'the append statement is prepared',
+    );
+    t.ok(
+      rows.some((r) => r.statement.includes('pg_snapshot_xmin')),
+      'the tail read is prepared',
+    );
+    t.ok(
+      rows.every((r) => r.name.startsWith('commitfeed_')),
+      'only our named statements',
+    );
+    t.equal(new Set(rows.map((r) => r.name)).size, rows.length, 'each one prepared once');
+  });
+});
+
+t.test('a prepared tail read sees rows in a partition created after it was planned', async (t) => {
+  const db = await open(t, await testDatabase(t), true);
+  await db.connection().execute(async (conn) => {
+    // Plan it more than five times (PostgreSQL may switch to a generic plan after five).
+    for (let i = 0; i < 7; i++) await readTail(conn, START, 100);
+    const from = new Date(Date.UTC(2100, 0, 1));
+    t.ok(await createPartition(conn, from, new Date(Date.UTC(2100, 0, 2)), 1000), 'partition created');
+    await sql`insert into commitfeed.feed (stream, data, created_at)
+              values ('p', '{"future":true}', ${from.toISOString()}::timestamptz)`.execute(conn);
+    const page = await readTail(conn, START, 100);
+    t.same(
+      page.events.map((e) => e.data),
+      ['{"future":true}'],
+      'the row in the new partition is read',
+    );
+  });
+});
+
+t.test('PREPARED_STATEMENTS=off sends every query unnamed', async (t) => {
+  const db = await open(t, await testDatabase(t), false);
+  await db.connection().execute(async (conn) => {
+    await appendEvents(conn, [event(1)]);
+    t.equal((await readTail(conn, START, 100)).events.length, 1);
+    const { rows } = await sql<{ n: number }>`
+      select count(*)::int as n from pg_prepared_statements`.execute(conn);
+    t.equal(rows[0].n, 0, 'nothing prepared');
+  });
+});
