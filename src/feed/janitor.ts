@@ -1,8 +1,9 @@
 /**
  * The janitor: keeps the feed's partitions created ahead of the clock, drops whole partitions once
- * they are older than the retention (raising the trim mark in the same transaction), and trims
+ * they are older than the retention (raising the trim mark in the same transaction), trims
  * idempotency keys past the dedup window and dead queue jobs past the retention — never with a
- * DELETE storm on a hot table.
+ * DELETE storm on a hot table — and ANALYZEs tables whose rows changed a lot (where autovacuum is
+ * off, nothing else keeps the planner's statistics current).
  *
  * Lifecycle: one per process, started with the feed. Every `janitorIntervalMs` (and once at start) it
  * tries a session advisory lock on a connection of its own: exactly one instance does maintenance at
@@ -19,6 +20,7 @@ import { type Kysely, sql } from 'kysely';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import {
+  analyzeChanged,
   createPartition,
   dropPartition,
   listPartitions,
@@ -52,6 +54,8 @@ export interface JanitorRun {
   defaultRowsTrimmed: number;
   keysTrimmed: number;
   deadJobsTrimmed: number;
+  /** Tables ANALYZEd because their rows changed a lot since their statistics were taken. */
+  analyzed: string[];
   errors: string[];
   durationMs: number;
 }
@@ -123,6 +127,7 @@ export class Janitor {
       defaultRowsTrimmed: 0,
       keysTrimmed: 0,
       deadJobsTrimmed: 0,
+      analyzed: [],
       errors: [],
       durationMs: 0,
     };
@@ -146,11 +151,14 @@ export class Janitor {
           run.deadJobsTrimmed = await trimDeadJobs(conn, before);
         });
         run.durationMs = Date.now() - started;
+        await this.step(run, 'statistics', async () => {
+          run.analyzed = await analyzeChanged(conn);
+        });
         await sql`
           insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
           values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
                   ${run.errors.length > 0 ? run.errors.join('; ') : null},
-                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed })}::jsonb)
+                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, analyzed: run.analyzed })}::jsonb)
           on conflict (singleton) do update set started_at = excluded.started_at,
             duration_ms = excluded.duration_ms, instance = excluded.instance, error = excluded.error,
             summary = excluded.summary`
@@ -168,9 +176,15 @@ export class Janitor {
       this.stats.created += run.created.length;
       this.stats.dropped += run.dropped.length;
       this.stats.errors += run.errors.length;
-      if (run.created.length + run.dropped.length > 0 || run.errors.length > 0) {
+      if (run.created.length + run.dropped.length + run.analyzed.length > 0 || run.errors.length > 0) {
         this.opts.log.info(
-          { created: run.created, dropped: run.dropped, errors: run.errors, ms: run.durationMs },
+          {
+            created: run.created,
+            dropped: run.dropped,
+            analyzed: run.analyzed,
+            errors: run.errors,
+            ms: run.durationMs,
+          },
           'feed maintenance',
         );
       }

@@ -175,6 +175,24 @@ export async function trimKeys(db: Db, before: Date, batch = 5000, maxBatches = 
   return total;
 }
 
+/**
+ * ANALYZEs the commitfeed tables (feed partitions, feed_keys, jobs, trim_mark) whose rows changed by
+ * more than 10% (and at least `minRows`) since they were last analysed. Autovacuum normally does
+ * this; where it is off, nothing else would, and the planner then picks whole-stream scans for
+ * catch-up reads (measured: 9.4 s per 1,000-row page after a 1M-row load, 6.6 ms once analysed).
+ * Returns the tables analysed.
+ */
+export async function analyzeChanged(db: Db, minRows = 1000): Promise<string[]> {
+  const { rows } = await sql<{ name: string }>`
+    select format('%I.%I', schemaname, relname) as name
+    from pg_stat_user_tables
+    where schemaname = 'commitfeed'
+      and n_mod_since_analyze >= greatest(${minRows}::int8, n_live_tup / 10)
+    order by relname`.execute(db);
+  for (const r of rows) await sql`analyze ${sql.raw(r.name)}`.execute(db);
+  return rows.map((r) => r.name);
+}
+
 export interface FeedStats {
   partitions: Partition[];
   /** Bytes on disk of every partition, indexes included. */
