@@ -17,6 +17,7 @@
  * subscriber with an `unavailable` event and a `retry:` hint; the client resumes from its last id.
  */
 import { type Cursor, compareCursors, maxCursor } from './cursor.ts';
+import { resetFrame, sseFrame } from './frames.ts';
 import type { FeedEvent } from './queries.ts';
 import type { Tailer } from './tailer.ts';
 
@@ -54,27 +55,7 @@ export class Subscription {
   }
 }
 
-/** The SSE frame for an event, built once and shared by every subscriber. */
-export function sseFrame(e: FeedEvent): string {
-  if (e.frame === undefined) {
-    // JSON text is one line unless it carries whitespace newlines between tokens (a raw SQL write);
-    // those are insignificant, and SSE needs one line per `data:`.
-    const data = e.data.includes('\n') || e.data.includes('\r') ? e.data.replace(/\r\n|\r|\n/g, ' ') : e.data;
-    e.frame =
-      e.type === null
-        ? `id: ${e.cursor}\ndata: ${data}\n\n`
-        : `id: ${e.cursor}\nevent: ${e.type}\ndata: ${data}\n\n`;
-  }
-  return e.frame;
-}
-
-/** The in-band "you missed events" signal: retention dropped events at or before `mark`. */
-export function resetFrame(mark: Cursor): string {
-  const c = `${mark.txid}-${mark.id}`;
-  return `id: ${c}\nevent: reset\ndata: {"reason":"trimmed","resumeFrom":"${c}"}\n\n`;
-}
-
-/** Largest chunk a catch-up writes before checking backpressure. */
+/** Catch-up frames are written in chunks of about this size; a larger event is its own chunk. */
 const CHUNK_BYTES = 64 * 1024;
 
 export interface HubOptions {
@@ -209,10 +190,16 @@ export class Hub {
     w.wake();
   }
 
-  /** Catch-up: reads pages after the subscriber's cursor until it reaches the tail, then goes live. */
+  /**
+   * Catch-up: reads pages after the subscriber's cursor until it reaches the tail, then goes live.
+   * A page arrives as chunks of frames (built by PostgreSQL when it comes from the table) and is
+   * written whole, so memory per subscriber stays about one page; a full socket pauses the loop
+   * until it drains. While one page is written, the next is already being read.
+   */
   private async pump(sub: Subscription): Promise<void> {
     if (sub.pumping) return;
     sub.pumping = true;
+    let ahead: { after: Cursor; page: ReturnType<Hub['readPage']> } | undefined;
     try {
       while (!sub.closed) {
         // Synchronous with fan-out: once at the tail, every later event reaches us through onEvents.
@@ -220,35 +207,27 @@ export class Hub {
           sub.live = true;
           return;
         }
-        const { events, position, reset } = await this.tailer.read(
-          sub.streams,
-          sub.streamSet,
-          sub.cursor,
-          this.opts.pageSize,
-        );
+        const page = await (ahead !== undefined && compareCursors(ahead.after, sub.cursor) === 0
+          ? ahead.page
+          : this.readPage(sub, sub.cursor));
+        ahead = undefined;
         if (sub.closed) return;
-        if (reset) {
+        if (page.reset) {
           // Retention dropped events past this cursor: say so before anything else, then go on
           // from the trim mark (the frame's id moves the client's Last-Event-ID there too).
-          sub.sink.write(resetFrame(reset));
-          sub.cursor = position;
+          sub.sink.write(resetFrame(page.reset));
+          sub.cursor = page.position;
           continue;
         }
-        let chunk = '';
-        let ok = true;
-        this.stats.frames += events.length;
-        for (const e of events) {
-          chunk += sseFrame(e);
-          sub.cursor = e;
-          if (chunk.length >= CHUNK_BYTES) {
-            ok = sub.sink.write(chunk);
-            chunk = '';
-            if (!ok) break;
-          }
+        if (page.more) {
+          ahead = { after: page.position, page: this.readPage(sub, page.position) };
+          ahead.page.catch(() => {}); // an unused read-ahead must not be an unhandled rejection
         }
-        if (ok && chunk !== '') ok = sub.sink.write(chunk);
-        if (ok) sub.cursor = maxCursor(sub.cursor, position);
-        else {
+        this.stats.frames += page.count;
+        let ok = true;
+        for (const chunk of page.chunks) ok = sub.sink.write(chunk) && ok;
+        sub.cursor = maxCursor(sub.cursor, page.position);
+        if (!ok) {
           sub.blockedSince = Date.now();
           await sub.sink.drained();
           sub.blockedSince = 0;
@@ -265,6 +244,10 @@ export class Hub {
     } finally {
       sub.pumping = false;
     }
+  }
+
+  private readPage(sub: Subscription, after: Cursor): ReturnType<Tailer['readFrames']> {
+    return this.tailer.readFrames(sub.streams, sub.streamSet, after, this.opts.pageSize, CHUNK_BYTES);
   }
 
   /**

@@ -7,6 +7,7 @@ import { CompiledQuery, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
+import { SSE_FRAME_SQL, lastFrameCursor } from './frames.ts';
 
 /** The one channel every feed write notifies (payload empty: the feed, not the notify, is the truth). */
 export const FEED_CHANNEL = 'commitfeed_feed';
@@ -221,6 +222,78 @@ export async function readRange(
   if (first === undefined) return { events: [], trimMark: START };
   const trimMark = { txid: Number(first.mark_txid), id: Number(first.mark_id) };
   return { events: first.txid === null ? [] : rows.map(toEvent), trimMark };
+}
+
+function rangeFramesSql(streamFilter: string): string {
+  // The aggregate reads the ordered subquery in order (no join in between), so string_agg keeps
+  // feed order without an ORDER BY of its own, which would sort the page again.
+  return prepared(`
+  select (select m.txid::text from commitfeed.trim_mark m) as mark_txid,
+         (select m.id::text from commitfeed.trim_mark m) as mark_id,
+         count(*)::int as fetched,
+         count(*) filter (where octet_length(q.frame) > $7)::int as big,
+         coalesce(string_agg(q.frame, '') filter (where octet_length(q.frame) <= $7), '') as frames
+  from (
+    select ${SSE_FRAME_SQL} as frame
+    from commitfeed.feed f
+    where ${streamFilter}
+      and (f.txid, f.id) > ($2::xid8, $3::int8)
+      and (f.txid, f.id) <= ($4::xid8, $5::int8)
+    order by f.txid, f.id
+    limit $6
+  ) q`);
+}
+const RANGE_FRAMES_ONE_SQL = rangeFramesSql('f.stream = $1');
+const RANGE_FRAMES_ANY_SQL = rangeFramesSql('f.stream = any($1::text[])');
+
+export interface FramesPage {
+  /** The events' SSE frames, concatenated in feed order; null when one frame was larger than
+   * `maxFrameBytes` (the caller reads the page as rows instead: see Tailer.readFrames). */
+  frames: string | null;
+  count: number;
+  /** The last event's cursor (null: none). */
+  last: Cursor | null;
+  /** The page stopped at `limit`: more events may follow `last` before `upTo`. */
+  more: boolean;
+  trimMark: Cursor;
+}
+
+/**
+ * readRange() for SSE: the same rows as one string of SSE frames built by PostgreSQL (see
+ * frames.ts), so this process passes the bytes through. A page holds at most `limit` frames of at
+ * most `maxFrameBytes` each, so the string stays bounded however large events are.
+ */
+export async function readRangeFrames(
+  db: Db,
+  streams: readonly string[],
+  after: Cursor,
+  upTo: Cursor,
+  limit: number,
+  maxFrameBytes: number,
+): Promise<FramesPage> {
+  const text = streams.length === 1 ? RANGE_FRAMES_ONE_SQL : RANGE_FRAMES_ANY_SQL;
+  const { rows } = await db.executeQuery<{
+    mark_txid: string | null;
+    mark_id: string | null;
+    fetched: number;
+    big: number;
+    frames: string;
+  }>(
+    CompiledQuery.raw(text, [
+      streams.length === 1 ? streams[0] : streams,
+      String(after.txid),
+      after.id,
+      String(upTo.txid),
+      upTo.id,
+      limit,
+      maxFrameBytes,
+    ]),
+  );
+  const r = rows[0];
+  const trimMark = { txid: Number(r.mark_txid ?? 0), id: Number(r.mark_id ?? 0) };
+  const more = r.fetched === limit;
+  if (r.big > 0) return { frames: null, count: r.fetched, last: null, more, trimMark };
+  return { frames: r.frames, count: r.fetched, last: lastFrameCursor(r.frames), more, trimMark };
 }
 
 /** The current horizon as a cursor: every event of a finished transaction is at or before it. */

@@ -13,7 +13,8 @@
  */
 import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
-import { type FeedEvent, currentHorizon, readRange, readTail } from './queries.ts';
+import { sseFrame } from './frames.ts';
+import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
 import { EventWindow } from './window.ts';
 
 export interface TailerOptions {
@@ -205,6 +206,46 @@ export class Tailer {
     }
     const position = events.length === limit ? events[events.length - 1] : upTo;
     return { events, position };
+  }
+  /**
+   * read() for SSE: the same events as SSE frames, in chunks to write in order (`count` events).
+   * From the table, PostgreSQL builds the frames (see frames.ts) unless the page holds an event
+   * larger than `chunkBytes`; such a page is read as rows, each large frame its own chunk.
+   * `more`: the page stopped at `limit`, so events may follow `position`.
+   */
+  async readFrames(
+    streams: readonly string[],
+    streamSet: ReadonlySet<string>,
+    after: Cursor,
+    limit: number,
+    chunkBytes: number,
+  ): Promise<{ chunks: string[]; count: number; position: Cursor; more: boolean; reset?: Cursor }> {
+    const upTo = this.window.tail;
+    if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
+    if (!this.window.covers(after) || compareCursors(after, this.coverFloor) < 0) {
+      const page = await readRangeFrames(this.db, streams, after, upTo, limit, chunkBytes);
+      if (compareCursors(after, page.trimMark) < 0) {
+        return { chunks: [], count: 0, position: page.trimMark, more: true, reset: page.trimMark };
+      }
+      if (page.frames !== null) {
+        const more = page.more && page.last !== null;
+        return { chunks: [page.frames], count: page.count, position: more ? page.last! : upTo, more };
+      }
+    }
+    const { events, position, reset } = await this.read(streams, streamSet, after, limit);
+    if (reset) return { chunks: [], count: 0, position, more: true, reset };
+    const chunks: string[] = [];
+    let chunk = '';
+    for (const e of events) {
+      const frame = sseFrame(e);
+      if (chunk.length + frame.length > chunkBytes && chunk !== '') {
+        chunks.push(chunk);
+        chunk = '';
+      }
+      chunk += frame;
+    }
+    if (chunk !== '') chunks.push(chunk);
+    return { chunks, count: events.length, position, more: events.length === limit };
   }
 }
 
