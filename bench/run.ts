@@ -31,7 +31,8 @@ const HELP = `npm run bench -- [flags]
 
   --quick                 smoke run, under 2 minutes (short runs, smaller scales)
   --scenarios 1,2,3,4,5,6 which scenarios to run (default all)
-  --peers LIST            peers to measure: naive,naive-nonotify,nats,redis (default all)
+  --peers LIST            peers to measure: naive,naive-nonotify,http-ceiling,nats,redis
+                          (default all)
   --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 1)
   --conns LIST            scenario 1 connections (default 1,16,64,256)
   --batch-sizes LIST      scenario 2 batch sizes (default 100,1000)
@@ -119,7 +120,7 @@ function parseOptions(argv: string[]): Options {
   return {
     quick: q,
     scenarios: list(v.scenarios, [1, 2, 3, 4, 5, 6]),
-    peers: (v.peers ?? 'naive,naive-nonotify,nats,redis').split(',').filter(Boolean),
+    peers: (v.peers ?? 'naive,naive-nonotify,http-ceiling,nats,redis').split(',').filter(Boolean),
     durationSec: num(v.duration, 10, 1),
     warmupSec: q ? 0.5 : 2,
     conns: list(v.conns, [1, 16, 64, 256]),
@@ -343,7 +344,7 @@ async function main(): Promise<void> {
       log(`${opts.serverDir}/src/main.ts not found: commitfeed is skipped, peers only`);
     else if (await ctx.ensureCommitfeed(0))
       log(`commitfeed ready on 127.0.0.1:${opts.port} (pid ${ctx.commitfeed!.cp.pid})`);
-    if (wants('naive') || wants('naive-nonotify')) {
+    if (wants('naive') || wants('naive-nonotify') || wants('http-ceiling')) {
       ctx.naive = await startNaive(opts, db.url);
       log(`naive peer ready on 127.0.0.1:${opts.naivePort}`);
     }

@@ -1,6 +1,8 @@
 // Peer (a)/(b) of the bench: the design DESIGN.md warns about, built the obvious way.
 // Every publish is its own transaction: BEGIN; INSERT ... RETURNING id; pg_notify; COMMIT
 // (four round trips, one notifying commit each). `?notify=0` skips the notify (peer b).
+// `?nodb=1` answers 201 without touching the database (peer e, the HTTP ceiling): what node:http,
+// JSON parsing and the load generator cost on this machine before any server does any work.
 // Readers poll `WHERE id > cursor` every 50 ms per subscriber (the seed design), which also has
 // the lost-event bug from DESIGN.md; scenario 6 shows it.
 //
@@ -131,6 +133,7 @@ const server = http.createServer((req, res) => {
     } catch {
       return send(res, 400, { statusCode: 400, error: 'Bad Request', message: 'body is not JSON' });
     }
+    if (url.searchParams.get('nodb') === '1') return send(res, 201, { id: '0-0', stream });
     publish(stream, input, url.searchParams.get('notify') !== '0').then(
       (id) => send(res, 201, { id, stream }),
       (err: Error) => send(res, 503, { statusCode: 503, error: 'Service Unavailable', message: err.message }),

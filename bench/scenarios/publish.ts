@@ -145,6 +145,12 @@ function systems(ctx: Ctx): { list: System[]; skipped: string[] } {
       target: { kind: 'http', port: ctx.naive.port, query: '?notify=0' },
       serverPid: ctx.naive.cp.pid,
     });
+  if (ctx.naive && ctx.opts.peers.includes('http-ceiling'))
+    list.push({
+      name: '(e) HTTP ceiling, no database',
+      target: { kind: 'http', port: ctx.naive.port, query: '?nodb=1' },
+      serverPid: ctx.naive.cp.pid,
+    });
   if (ctx.opts.peers.includes('nats')) {
     if (ctx.nats.ok)
       list.push({
