@@ -38,7 +38,7 @@ export async function startServer(config: Config): Promise<Server> {
     });
     databaseUrl = embedded.url;
   }
-  const { db, pool } = createDatabase({
+  const { db, pool, sessions } = createDatabase({
     url: databaseUrl,
     poolSize: config.poolSize,
     statementTimeoutMs: config.statementTimeoutMs,
@@ -50,7 +50,7 @@ export async function startServer(config: Config): Promise<Server> {
   try {
     const applied = await migrate(db);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
-    feed = new Feed({ ...config, db, databaseUrl, log });
+    feed = new Feed({ ...config, db, databaseUrl, ownSessions: sessions, log });
     await feed.start();
     app = await buildApp({ config, db, feed, pool });
     const f = feed;

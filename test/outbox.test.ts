@@ -71,6 +71,35 @@ t.test(
   },
 );
 
+t.test(
+  "this process's own commits wake the tailer directly; their notifications are not acted on",
+  async (t) => {
+    const url = await testDatabase(t);
+    const server = await startTestServer(t, url, NO_POLL);
+    const sse = await openSse(t, `${server.url}/v1/streams/own/events`);
+    const readsBefore = server.feed.tailer.stats.reads;
+    for (let i = 0; i < 10; i++) {
+      t.equal((await httpPublish(server.url, 'own', { data: { i } })).status, 201);
+      await sse.waitFor(i + 1, PROMPT_MS);
+    }
+    const { listener, tailer } = server.feed;
+    for (let i = 0; i < 50 && listener.stats.notifications < 10; i++) await sleep(20);
+    t.equal(listener.stats.notifications, 10, 'every commit notified');
+    t.equal(listener.stats.own, 10, 'all of them recognised as our own');
+    t.ok(
+      tailer.stats.reads - readsBefore <= 10,
+      `one tail read per commit (${tailer.stats.reads - readsBefore})`,
+    );
+
+    // Another session's commit is still heard and acted on (with the poll off, nothing else would).
+    const app = await pgClient(t, url);
+    await app.query(`select commitfeed.publish('own', '{"from":"sql"}'::jsonb)`);
+    const got = await sse.waitFor(11, PROMPT_MS);
+    t.equal(got[10].data, '{"from": "sql"}', 'delivered by the notify alone');
+    t.equal(listener.stats.own, 10, 'not counted as our own');
+  },
+);
+
 t.test('a rolled-back application transaction: no event, no notify, no tailer read, 20 runs', async (t) => {
   const url = await testDatabase(t);
   const server = await startTestServer(t, url, NO_POLL);

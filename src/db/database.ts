@@ -44,7 +44,15 @@ export interface DbOptions {
   preparedStatements?: boolean;
 }
 
-export function createDatabase(opts: DbOptions): { db: Kysely<Database>; pool: pg.Pool } {
+/**
+ * `sessions`: backend pids of the pool's open connections. The listener uses it to tell this process's
+ * own commits (which poke the tailer directly) from other processes' (which it must hear).
+ */
+export function createDatabase(opts: DbOptions): {
+  db: Kysely<Database>;
+  pool: pg.Pool;
+  sessions: ReadonlySet<number>;
+} {
   const pool = new pg.Pool({
     connectionString: opts.url,
     max: opts.poolSize,
@@ -60,11 +68,19 @@ export function createDatabase(opts: DbOptions): { db: Kysely<Database>; pool: p
     options: '-c jit=off',
   });
   pool.on('error', (err) => opts.log.warn({ err: err.message }, 'idle database connection failed'));
+  const sessions = new Set<number>();
   pool.on('connect', (client) => {
     client.on('error', (err) => opts.log.warn({ err: err.message }, 'database connection failed'));
+    sessions.add(pidOf(client));
   });
+  pool.on('remove', (client) => sessions.delete(pidOf(client)));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-  return { db, pool };
+  return { db, pool, sessions };
+}
+
+/** The backend pid pg learnt at connect (BackendKeyData); not in pg's type declarations. */
+function pidOf(client: pg.PoolClient): number {
+  return (client as unknown as { processID: number }).processID;
 }
 
 /** True for errors that mean "the database is unreachable or going away" (answer 503, retry later). */

@@ -15,6 +15,8 @@ import { Tailer } from './tailer.ts';
 export interface FeedOptions {
   db: Kysely<Database>;
   databaseUrl: string;
+  /** Backend pids of `db`'s pool (createDatabase): notifications from them are this process's own. */
+  ownSessions?: ReadonlySet<number>;
   batchMaxEvents: number;
   pageSize: number;
   windowEvents: number;
@@ -72,6 +74,7 @@ export class Feed {
     this.listener = new Listener({
       url: opts.databaseUrl,
       onNotify: () => this.tailer.wake(),
+      ownSessions: opts.ownSessions,
       log: opts.log,
     });
   }

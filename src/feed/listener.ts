@@ -1,6 +1,9 @@
 /**
  * The LISTEN connection: one dedicated `pg.Client` per process (not from the pool, which would hand
- * it back and lose the LISTEN), subscribed to the feed channel. Each notification wakes the tailer.
+ * it back and lose the LISTEN), subscribed to the feed channel. Each notification wakes the tailer,
+ * except those sent by this process's own pool connections: every write path here pokes the tailer
+ * itself after its commit (batcher onCommit, /v1/tx, queue operations), so acting on its own echo
+ * would cost a second, empty tail read per commit.
  *
  * Lifecycle: `start()` connects and LISTENs; on any error or end it reconnects with exponential
  * backoff (100 ms to 5 s) and wakes the tailer after every reconnect, because notifications sent
@@ -13,6 +16,9 @@ import { FEED_CHANNEL } from './queries.ts';
 export interface ListenerOptions {
   url: string;
   onNotify(): void;
+  /** Backend pids of this process's own pool: their commits already poke the tailer directly, so
+   * their notifications would only cause a second, empty read. */
+  ownSessions?: ReadonlySet<number>;
   log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
 }
 
@@ -24,7 +30,8 @@ export class Listener {
   connected = false;
   /** Backend pid of the LISTEN connection (tests terminate it). */
   pid: number | undefined;
-  readonly stats = { notifications: 0, reconnects: 0 };
+  /** notifications: heard; own: of those, sent by this process's own sessions (not acted on). */
+  readonly stats = { notifications: 0, own: 0, reconnects: 0 };
 
   constructor(private readonly opts: ListenerOptions) {}
 
@@ -55,8 +62,12 @@ export class Listener {
     };
     client.on('error', onFail);
     client.on('end', () => onFail());
-    client.on('notification', () => {
+    client.on('notification', (msg) => {
       this.stats.notifications++;
+      if (this.opts.ownSessions?.has(msg.processId)) {
+        this.stats.own++;
+        return;
+      }
       this.opts.onNotify();
     });
     try {

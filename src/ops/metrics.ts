@@ -93,7 +93,7 @@ export function buildRegistry(deps: MetricsDeps): Registry {
     registers: [registry],
     collect() {
       this.reset();
-      this.inc({ source: 'notify' }, feed.listener.stats.notifications);
+      this.inc({ source: 'notify' }, feed.listener.stats.notifications - feed.listener.stats.own);
       this.inc({ source: 'local' }, b.statements);
       this.inc({ source: 'fallback' }, feed.tailer.stats.fallbackWakes);
     },
@@ -103,6 +103,11 @@ export function buildRegistry(deps: MetricsDeps): Registry {
     'commitfeed_notifications_received_total',
     'NOTIFYs heard on the LISTEN connection',
     () => feed.listener.stats.notifications,
+  );
+  mirror(
+    'commitfeed_notifications_own_total',
+    "NOTIFYs sent by this process's own connections, not acted on (their commits wake the tailer directly)",
+    () => feed.listener.stats.own,
   );
   mirror(
     'commitfeed_listener_reconnects_total',
