@@ -160,7 +160,9 @@ export class Worker<R> {
   }
 
   send(m: WorkerMessage): void {
-    if (this.cp.connected) this.cp.send(m);
+    // With a callback a failed send (EPIPE: the worker is already exiting) is reported there instead
+    // of as an 'error' event, which would end the whole bench run.
+    if (this.cp.connected) this.cp.send(m, () => {});
   }
 
   /** Resolves with the next message of `type` (or rejects on an `error` message, exit or time-out). */
