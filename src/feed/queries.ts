@@ -139,6 +139,10 @@ export interface TailPage {
  * from the same statement (same snapshot) as the rows: reading it separately could skip rows that
  * commit in between.
  */
+/** A feed row `f` as the tail and catch-up reads return it (see Row). */
+const EVENT_COLUMNS =
+  'f.txid, f.id, f.stream, f.type, f.key, f.data, extract(epoch from f.created_at)::float8 * 1000 as ms';
+
 export const TAIL_SQL = prepared(`
   with h as (
     select s.xmin, (select m.txid from commitfeed.trim_mark m) as mark_txid,
@@ -154,8 +158,7 @@ export const TAIL_SQL = prepared(`
          p.txid::text as txid, p.id::text as id,
          p.stream, p.type, p.key, p.data::text as data, p.ms
   from h left join lateral (
-    select f.txid, f.id, f.stream, f.type, f.key, f.data,
-           extract(epoch from f.created_at)::float8 * 1000 as ms
+    select ${EVENT_COLUMNS}
     from commitfeed.feed f
     where (f.txid, f.id) > ($1::xid8, $2::int8) and f.txid < h.xmin
     order by f.txid, f.id
@@ -176,24 +179,41 @@ export async function readTail(db: Db, after: Cursor, limit: number): Promise<Ta
   };
 }
 
-function rangeSql(streamFilter: string): string {
-  return prepared(`
-  select m.txid::text as mark_txid, m.id::text as mark_id,
-         p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
-  from commitfeed.trim_mark m left join lateral (
-    select f.txid, f.id, f.stream, f.type, f.key, f.data,
-           extract(epoch from f.created_at)::float8 * 1000 as ms
+/**
+ * The page both catch-up reads (rows and frames) take: events of the streams in $1 after ($2, $3) up
+ * to ($4, $5), in feed order, at most $6. One stream uses `=` so the (stream, txid, id) index returns
+ * rows already in order. The arguments are rangeArgs().
+ */
+function rangePage(columns: string, streams: 'one' | 'any'): string {
+  return `select ${columns}
     from commitfeed.feed f
-    where ${streamFilter}
+    where ${streams === 'one' ? 'f.stream = $1' : 'f.stream = any($1::text[])'}
       and (f.txid, f.id) > ($2::xid8, $3::int8)
       and (f.txid, f.id) <= ($4::xid8, $5::int8)
     order by f.txid, f.id
-    limit $6
-  ) p on true
+    limit $6`;
+}
+
+function rangeArgs(streams: readonly string[], after: Cursor, upTo: Cursor, limit: number): unknown[] {
+  return [
+    streams.length === 1 ? streams[0] : streams,
+    String(after.txid),
+    after.id,
+    String(upTo.txid),
+    upTo.id,
+    limit,
+  ];
+}
+
+function rangeSql(streams: 'one' | 'any'): string {
+  return prepared(`
+  select m.txid::text as mark_txid, m.id::text as mark_id,
+         p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
+  from commitfeed.trim_mark m left join lateral (${rangePage(EVENT_COLUMNS, streams)}) p on true
   order by p.txid, p.id`);
 }
-export const RANGE_ONE_SQL = rangeSql('f.stream = $1');
-const RANGE_ANY_SQL = rangeSql('f.stream = any($1::text[])');
+export const RANGE_ONE_SQL = rangeSql('one');
+const RANGE_ANY_SQL = rangeSql('any');
 
 /**
  * Events of `streams` in (after, upTo], in feed order: the catch-up read. `upTo` must be a position
@@ -209,17 +229,9 @@ export async function readRange(
   limit: number,
 ): Promise<{ events: FeedEvent[]; trimMark: Cursor }> {
   if (compareCursors(after, upTo) >= 0) return { events: [], trimMark: START };
-  // A single stream uses `=` so the (stream, txid, id) index returns rows already in order.
   const text = streams.length === 1 ? RANGE_ONE_SQL : RANGE_ANY_SQL;
   const { rows } = await db.executeQuery<Row & { mark_txid: string; mark_id: string }>(
-    CompiledQuery.raw(text, [
-      streams.length === 1 ? streams[0] : streams,
-      String(after.txid),
-      after.id,
-      String(upTo.txid),
-      upTo.id,
-      limit,
-    ]),
+    CompiledQuery.raw(text, rangeArgs(streams, after, upTo, limit)),
   );
   const first = rows[0];
   if (first === undefined) return { events: [], trimMark: START };
@@ -227,7 +239,7 @@ export async function readRange(
   return { events: first.txid === null ? [] : rows.map(toEvent), trimMark };
 }
 
-function rangeFramesSql(streamFilter: string): string {
+function rangeFramesSql(streams: 'one' | 'any'): string {
   // The aggregate reads the ordered subquery in order (no join in between), so string_agg keeps
   // feed order without an ORDER BY of its own, which would sort the page again.
   return prepared(`
@@ -236,18 +248,10 @@ function rangeFramesSql(streamFilter: string): string {
          count(*)::int as fetched,
          count(*) filter (where octet_length(q.frame) > $7)::int as big,
          coalesce(string_agg(q.frame, '') filter (where octet_length(q.frame) <= $7), '') as frames
-  from (
-    select ${SSE_FRAME_SQL} as frame
-    from commitfeed.feed f
-    where ${streamFilter}
-      and (f.txid, f.id) > ($2::xid8, $3::int8)
-      and (f.txid, f.id) <= ($4::xid8, $5::int8)
-    order by f.txid, f.id
-    limit $6
-  ) q`);
+  from (${rangePage(`${SSE_FRAME_SQL} as frame`, streams)}) q`);
 }
-const RANGE_FRAMES_ONE_SQL = rangeFramesSql('f.stream = $1');
-const RANGE_FRAMES_ANY_SQL = rangeFramesSql('f.stream = any($1::text[])');
+const RANGE_FRAMES_ONE_SQL = rangeFramesSql('one');
+const RANGE_FRAMES_ANY_SQL = rangeFramesSql('any');
 
 export interface FramesPage {
   /** The events' SSE frames, concatenated in feed order; null when one frame was larger than
@@ -281,17 +285,7 @@ export async function readRangeFrames(
     fetched: number;
     big: number;
     frames: string;
-  }>(
-    CompiledQuery.raw(text, [
-      streams.length === 1 ? streams[0] : streams,
-      String(after.txid),
-      after.id,
-      String(upTo.txid),
-      upTo.id,
-      limit,
-      maxFrameBytes,
-    ]),
-  );
+  }>(CompiledQuery.raw(text, [...rangeArgs(streams, after, upTo, limit), maxFrameBytes]));
   const r = rows[0];
   const trimMark = { txid: Number(r.mark_txid ?? 0), id: Number(r.mark_id ?? 0) };
   const more = r.fetched === limit;
