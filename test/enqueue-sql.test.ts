@@ -1,20 +1,11 @@
 // commitfeed.enqueue (SQL) inside the application's own transaction: the same rows as the service's
 // enqueueJobs, woken at COMMIT (and never by a ROLLBACK), bad input refused with nothing written.
 import { sql } from 'kysely';
-import pg from 'pg';
 import t from 'tap';
 import { enqueueJobs } from '../src/queues/queries.ts';
 import { type JobBody, toJobInput } from '../src/queues/validate.ts';
-import { feedRows, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { feedRows, pgClient, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 import { claim, jobRows, timed } from './queue-helpers.ts';
-
-async function pgClient(t: { teardown(fn: () => unknown): void }, url: string): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: url });
-  c.on('error', () => {});
-  await c.connect();
-  t.teardown(() => c.end());
-  return c;
-}
 
 const ENQUEUE = 'select commitfeed.enqueue($1, $2::jsonb, $3, $4, $5, $6, $7, $8::jsonb)::text as id';
 

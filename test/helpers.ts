@@ -67,6 +67,15 @@ export function sqlClient(t: T, databaseUrl: string): Kysely<Database> {
   return db;
 }
 
+/** A plain pg client (an application's own session, for raw transactions), ended at teardown. */
+export async function pgClient(t: T, url: string): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: url });
+  c.on('error', () => {});
+  await c.connect();
+  t.teardown(() => c.end());
+  return c;
+}
+
 export async function publish(
   base: string,
   stream: string,

@@ -2,7 +2,6 @@
 // application's own transaction. Wakes come from the NOTIFY at the application's COMMIT: every server
 // here polls once a minute, so a missing notify fails the test. Each wake test repeats 20 times.
 import { sql } from 'kysely';
-import pg from 'pg';
 import t from 'tap';
 import { ApiError } from '../src/errors.ts';
 import { appendEvents } from '../src/feed/queries.ts';
@@ -12,6 +11,7 @@ import type { Server } from '../src/server.ts';
 import {
   feedRows,
   openSse,
+  pgClient,
   publish as httpPublish,
   sleep,
   sqlClient,
@@ -23,14 +23,6 @@ const RUNS = 20;
 const NO_POLL = { pollIntervalMs: 600_000 };
 /** Generous bound for "promptly": the fallback poll is 10 minutes away. */
 const PROMPT_MS = 3000;
-
-async function pgClient(t: { teardown(fn: () => unknown): void }, url: string): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: url });
-  c.on('error', () => {});
-  await c.connect();
-  t.teardown(() => c.end());
-  return c;
-}
 
 const wakes = (s: Server) => ({
   notifications: s.feed.listener.stats.notifications,
