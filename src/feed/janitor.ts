@@ -150,10 +150,10 @@ export class Janitor {
         await this.step(run, 'queues', async () => {
           run.deadJobsTrimmed = await trimDeadJobs(conn, before);
         });
-        run.durationMs = Date.now() - started;
         await this.step(run, 'statistics', async () => {
           run.analyzed = await analyzeChanged(conn);
         });
+        run.durationMs = Date.now() - started;
         await sql`
           insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
           values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
