@@ -195,7 +195,7 @@ export class Tailer {
     const upTo = this.window.tail;
     if (compareCursors(after, upTo) >= 0) return { events: [], position: after };
     let events: FeedEvent[];
-    if (this.window.covers(after) && compareCursors(after, this.coverFloor) >= 0) {
+    if (this.inWindow(after)) {
       events = this.window.read(streamSet, after, limit);
     } else {
       const range = await readRange(this.db, streams, after, upTo, limit);
@@ -207,6 +207,7 @@ export class Tailer {
     const position = events.length === limit ? events[events.length - 1] : upTo;
     return { events, position };
   }
+
   /**
    * read() for SSE: the same events as SSE frames, in chunks to write in order (`count` events).
    * From the table, PostgreSQL builds the frames (see frames.ts) unless the page holds an event
@@ -222,7 +223,7 @@ export class Tailer {
   ): Promise<{ chunks: string[]; count: number; position: Cursor; more: boolean; reset?: Cursor }> {
     const upTo = this.window.tail;
     if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
-    if (!this.window.covers(after) || compareCursors(after, this.coverFloor) < 0) {
+    if (!this.inWindow(after)) {
       const page = await readRangeFrames(this.db, streams, after, upTo, limit, chunkBytes);
       if (compareCursors(after, page.trimMark) < 0) {
         return { chunks: [], count: 0, position: page.trimMark, more: true, reset: page.trimMark };
@@ -246,6 +247,11 @@ export class Tailer {
     }
     if (chunk !== '') chunks.push(chunk);
     return { chunks, count: events.length, position, more: events.length === limit };
+  }
+
+  /** True when every event after `after` up to the tail is in the window (see coverFloor). */
+  private inWindow(after: Cursor): boolean {
+    return this.window.covers(after) && compareCursors(after, this.coverFloor) >= 0;
   }
 }
 
