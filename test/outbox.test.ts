@@ -69,7 +69,9 @@ t.test(
     const url = await testDatabase(t);
     const server = await startTestServer(t, url, NO_POLL);
     const sse = await openSse(t, `${server.url}/v1/streams/own/events`);
+    await server.feed.tailer.settled(); // the read the listener asks for at connect is done
     const readsBefore = server.feed.tailer.stats.reads;
+    const timerBefore = server.feed.tailer.stats.fallbackWakes;
     for (let i = 0; i < 10; i++) {
       t.equal((await httpPublish(server.url, 'own', { data: { i } })).status, 201);
       await sse.waitFor(i + 1, PROMPT_MS);
@@ -78,9 +80,12 @@ t.test(
     for (let i = 0; i < 50 && listener.stats.notifications < 10; i++) await sleep(20);
     t.equal(listener.stats.notifications, 10, 'every commit notified');
     t.equal(listener.stats.own, 10, 'all of them recognised as our own');
+    // Timer reads are not ours to count: a transaction anywhere in the cluster (the horizon is
+    // cluster-wide) makes the tailer re-poll while rows wait behind it.
+    const timerReads = tailer.stats.fallbackWakes - timerBefore;
     t.ok(
-      tailer.stats.reads - readsBefore <= 10,
-      `one tail read per commit (${tailer.stats.reads - readsBefore})`,
+      tailer.stats.reads - readsBefore - timerReads <= 10,
+      `one tail read per commit (${tailer.stats.reads - readsBefore} reads, ${timerReads} of them by timer)`,
     );
 
     // Another session's commit is still heard and acted on (with the poll off, nothing else would).
