@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { redactedRequest, registerAccess } from './auth/access.ts';
 import type { Config } from './config.ts';
 import type { Database } from './db/database.ts';
-import { installErrorHandlers } from './errors.ts';
+import { installErrorHandlers } from './http/errors.ts';
 import type { Feed } from './feed/feed.ts';
 import { installFiniteNumbers, installJsonParser } from './http/input.ts';
 import { registerDocs } from './ops/docs.ts';

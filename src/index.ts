@@ -18,7 +18,7 @@ import { toEventInput } from './feed/validate.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from './queues/queries.ts';
 import { type JobBody, toJobInput } from './queues/validate.ts';
 
-export { ApiError } from './errors.ts';
+export { ApiError } from './http/errors.ts';
 export { migrate } from './db/migrate.ts';
 export type { AppendResult } from './feed/queries.ts';
 export type { EnqueueResult } from './queues/queries.ts';

@@ -2,7 +2,7 @@
 // idempotent publishes, a lost LISTEN connection, and group commit isolating a bad request.
 import { sql } from 'kysely';
 import t from 'tap';
-import { Batcher } from '../src/feed/batcher.ts';
+import { Batcher } from '../src/commit/batcher.ts';
 import { appendEvents } from '../src/feed/queries.ts';
 import { feedRows, openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 

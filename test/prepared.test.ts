@@ -8,7 +8,7 @@ import { createDatabase } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { START } from '../src/feed/cursor.ts';
 import { appendEvents, readTail } from '../src/feed/queries.ts';
-import { createPartition } from '../src/feed/retention.ts';
+import { createPartition } from '../src/retention/partitions.ts';
 import { testDatabase } from './helpers.ts';
 
 const log = { warn() {}, error() {} };

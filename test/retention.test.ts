@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
 import { RANGE_ONE_SQL, TAIL_SQL } from '../src/feed/queries.ts';
-import { listPartitions, partitionName, readTrimMark } from '../src/feed/retention.ts';
+import { listPartitions, partitionName, readTrimMark } from '../src/retention/partitions.ts';
 import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 const HOUR = 3_600_000;

@@ -8,8 +8,8 @@ import pino from 'pino';
 import { loadConfig, loadDotEnv } from '../config.ts';
 import { createDatabase } from '../db/database.ts';
 import { migrate } from '../db/migrate.ts';
-import { Janitor } from '../feed/janitor.ts';
-import { feedStats } from '../feed/retention.ts';
+import { Janitor } from '../retention/janitor.ts';
+import { feedStats } from '../retention/partitions.ts';
 
 loadDotEnv();
 const config = loadConfig();

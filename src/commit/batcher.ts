@@ -14,7 +14,7 @@
  */
 import type { Db } from '../db/database.ts';
 import { isUnavailable } from '../db/database.ts';
-import { type AppendResult, type EventInput, appendEvents } from './queries.ts';
+import { type AppendResult, type EventInput, appendEvents } from '../feed/queries.ts';
 
 interface Pending<I, R> {
   events: readonly I[];

@@ -6,9 +6,9 @@
  */
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
-import { Batcher } from './batcher.ts';
+import { Batcher } from '../commit/batcher.ts';
 import { Hub } from './hub.ts';
-import { Janitor } from './janitor.ts';
+import { Janitor } from '../retention/janitor.ts';
 import { Listener } from './listener.ts';
 import { Tailer } from './tailer.ts';
 

@@ -2,7 +2,7 @@
  * One definition of what a valid event is, shared by the HTTP routes, the transaction endpoint and
  * the library API (the SQL functions enforce the same rules in SQL).
  */
-import { ApiError } from '../errors.ts';
+import { ApiError } from '../http/errors.ts';
 import type { EventInput } from './queries.ts';
 
 /** Stream and queue names: 1–200 characters of [A-Za-z0-9._:-]. */

@@ -4,7 +4,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { FastifyError, FastifyInstance } from 'fastify';
-import { isUnavailable } from './db/database.ts';
+import { isUnavailable } from '../db/database.ts';
 
 export class ApiError extends Error {
   constructor(

@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
-import { errorBody } from '../errors.ts';
+import { errorBody } from '../http/errors.ts';
 import type { Feed } from '../feed/feed.ts';
 import { errorSchema } from '../streams/schemas.ts';
 

@@ -16,7 +16,7 @@ import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import { watchHorizon } from './horizon-watch.ts';
-import { type FeedStats, feedStats } from '../feed/retention.ts';
+import { type FeedStats, feedStats } from '../retention/partitions.ts';
 
 export interface MetricsDeps {
   db: Kysely<Database>;

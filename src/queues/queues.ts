@@ -16,7 +16,7 @@
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
-import { Batcher } from '../feed/batcher.ts';
+import { Batcher } from '../commit/batcher.ts';
 import type { Feed } from '../feed/feed.ts';
 import {
   type ClaimedJob,

@@ -7,10 +7,10 @@ import type { Kysely } from 'kysely';
 import { admitSse, authorize, authorizeQueueRead, canSeeQueue } from '../auth/access.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import { ApiError } from '../errors.ts';
+import { ApiError } from '../http/errors.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
-import { openSse } from '../streams/sse.ts';
+import { openSse } from '../http/sse.ts';
 import { type ClaimedJob, type LeaseRef, type SettleResult, queueStream } from './queries.ts';
 import { Queues } from './queues.ts';
 import {

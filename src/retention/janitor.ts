@@ -27,8 +27,8 @@ import {
   partitionName,
   trimDefaultPartition,
   trimKeys,
-} from './retention.ts';
-import { trimDeadJobs } from './retention-queues.ts';
+} from './partitions.ts';
+import { trimDeadJobs } from './dead-jobs.ts';
 
 /** The retention settings (documented in config.ts); janitorIntervalMs 0: no timer, runOnce only. */
 export interface JanitorOptions

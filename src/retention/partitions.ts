@@ -8,7 +8,7 @@
  */
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-import { type Cursor, START } from './cursor.ts';
+import { type Cursor, START } from '../feed/cursor.ts';
 
 export interface Partition {
   name: string;

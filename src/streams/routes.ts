@@ -5,7 +5,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { admitSse, authorize } from '../auth/access.ts';
 import type { Config } from '../config.ts';
-import { ApiError, RETRY_AFTER_S } from '../errors.ts';
+import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
 import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { FeedEvent } from '../feed/queries.ts';
@@ -18,7 +18,7 @@ import {
   streamParams,
   streamReadQuery,
 } from './schemas.ts';
-import { openSse } from './sse.ts';
+import { openSse } from '../http/sse.ts';
 
 interface ReadQuery {
   after?: string;
