@@ -15,13 +15,13 @@ import { Kysely, PostgresDialect, type PostgresPool } from 'kysely';
 import type { Db } from './db/database.ts';
 import { type AppendResult, type EventInput, appendEvents } from './feed/queries.ts';
 import { toEventInput } from './feed/validate.ts';
-import { type EnqueueResult, type JobInput, enqueueJobs } from './queues/queries.ts';
+import { type EnqueueResult, type JobInput, enqueueJobs } from './queues/enqueue.ts';
 import { type JobBody, toJobInput } from './queues/validate.ts';
 
 export { ApiError } from './http/errors.ts';
 export { migrate } from './db/migrate.ts';
 export type { AppendResult } from './feed/queries.ts';
-export type { EnqueueResult } from './queues/queries.ts';
+export type { EnqueueResult } from './queues/enqueue.ts';
 export type { Backoff } from './queues/validate.ts';
 
 /** What the library writes with: Kysely (an instance or a transaction), a node-postgres client or pool. */

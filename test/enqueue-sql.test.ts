@@ -2,7 +2,7 @@
 // enqueueJobs, woken at COMMIT (and never by a ROLLBACK), bad input refused with nothing written.
 import { sql } from 'kysely';
 import t from 'tap';
-import { enqueueJobs } from '../src/queues/queries.ts';
+import { enqueueJobs } from '../src/queues/enqueue.ts';
 import { type JobBody, toJobInput } from '../src/queues/validate.ts';
 import { feedRows, pgClient, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 import { claim, jobRows, timed } from './queue-helpers.ts';

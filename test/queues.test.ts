@@ -1,7 +1,7 @@
 // Work queues over HTTP against a real PostgreSQL: enqueue → claim → ack, long-poll woken at commit
 // (and not by a rollback), delayed jobs, priority, fenced leases and lease expiry.
 import t from 'tap';
-import { enqueueJobs } from '../src/queues/queries.ts';
+import { enqueueJobs } from '../src/queues/enqueue.ts';
 import { toJobInput } from '../src/queues/validate.ts';
 import { feedRows, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 import { ack, api, claim, enqueue, jobRows, nack, stats, timed } from './queue-helpers.ts';

@@ -106,3 +106,8 @@ export function isUnavailable(err: unknown): boolean {
     )
   );
 }
+
+/** Runs `fn` in `db`'s transaction, or in a new one when `db` is the pool. */
+export function inTransaction<T>(db: Db, fn: (trx: Db) => Promise<T>): Promise<T> {
+  return db.isTransaction ? fn(db) : db.transaction().execute(fn);
+}

@@ -18,28 +18,19 @@ import type { Database } from '../db/database.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import { Batcher } from '../commit/batcher.ts';
 import type { Feed } from '../feed/feed.ts';
+import { type DeadJob, type QueueStats, listDead, queueStats, retryDead, setPaused } from './admin.ts';
+import { type ClaimedJob, claimJobs, nextDue } from './claim.ts';
+import { type EnqueueResult, type JobInput, enqueueJobs } from './enqueue.ts';
 import {
-  type ClaimedJob,
-  type DeadJob,
-  type EnqueueResult,
   type ExtendResult,
-  type JobInput,
   type LeaseRef,
   type NackResult,
-  type QueueStats,
   type SettleResult,
   ackJobs,
-  claimJobs,
-  enqueueJobs,
   extendLease,
-  listDead,
   nackJob,
-  nextDue,
-  queueStats,
-  queueStream,
-  retryDead,
-  setPaused,
-} from './queries.ts';
+} from './settle.ts';
+import { queueStream } from './wake-stream.ts';
 import { Wakeups } from './wakeups.ts';
 
 export interface QueuesOptions {

@@ -11,7 +11,9 @@ import { ApiError } from '../http/errors.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import { openSse } from '../http/sse.ts';
-import { type ClaimedJob, type LeaseRef, type SettleResult, queueStream } from './queries.ts';
+import type { ClaimedJob } from './claim.ts';
+import type { LeaseRef, SettleResult } from './settle.ts';
+import { queueStream } from './wake-stream.ts';
 import { Queues } from './queues.ts';
 import {
   JOB_ID_PATTERN,

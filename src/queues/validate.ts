@@ -5,7 +5,7 @@
  */
 import { ApiError } from '../http/errors.ts';
 import { assertName } from '../feed/validate.ts';
-import type { JobInput } from './queries.ts';
+import type { JobInput } from './enqueue.ts';
 
 export const DEFAULT_MAX_ATTEMPTS = 5;
 export const MAX_ATTEMPTS_LIMIT = 1000;

@@ -12,7 +12,7 @@
  * jobs table is the truth, and the next claim reads it.
  */
 import type { Hub } from '../feed/hub.ts';
-import { queueStream } from './queries.ts';
+import { queueStream } from './wake-stream.ts';
 
 interface Waiter {
   /** When the timer releases this waiter (epoch ms). */

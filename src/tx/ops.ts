@@ -10,7 +10,7 @@ import { ApiError } from '../http/errors.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type AppendResult, type EventInput, appendEvents } from '../feed/queries.ts';
 import { type EventBody, assertName, toEventInput } from '../feed/validate.ts';
-import { type EnqueueResult, type JobInput, enqueueJobs } from '../queues/queries.ts';
+import { type EnqueueResult, type JobInput, enqueueJobs } from '../queues/enqueue.ts';
 import { jobInput } from '../queues/schemas.ts';
 import { type JobBody, toJobInput } from '../queues/validate.ts';
 

@@ -1,0 +1,113 @@
+/**
+ * Claims: one statement hands out ready, due jobs with fresh lease tokens (and releases expired
+ * leases), and `nextDue` tells a waiting claim when to look again.
+ */
+import { sql } from 'kysely';
+import type { Db } from '../db/database.ts';
+
+export interface ClaimedJob {
+  id: string;
+  /** JSON text as enqueued. */
+  payload: string;
+  attempt: number;
+  maxAttempts: number;
+  lease: string;
+  /** epoch milliseconds */
+  leaseExpiresAt: number;
+}
+
+export interface ClaimResult {
+  jobs: ClaimedJob[];
+  /** Expired leases this statement released (made ready, or dead when out of attempts). Their jobs
+   * were not claimable by this statement's snapshot: claim again to take them. */
+  reaped: number;
+}
+
+/**
+ * Claims up to `max` ready, due jobs of `queue` (priority, then age), each with a fresh lease token,
+ * in one statement. `FOR UPDATE SKIP LOCKED`: concurrent claimers never wait on each other and never
+ * get the same job. The same statement releases the queue's expired leases (crash recovery: a job
+ * whose worker vanished is claimable again once its lease runs out, and its attempt counts; out of
+ * attempts, it is dead-lettered with `lease expired` as its last error). A paused queue hands out
+ * nothing.
+ */
+export async function claimJobs(
+  db: Db,
+  queue: string,
+  max: number,
+  leaseSeconds: number,
+): Promise<ClaimResult> {
+  const { rows } = await sql<{
+    id: string | null;
+    payload: string;
+    attempt: number;
+    max_attempts: number;
+    lease: string;
+    expires_ms: number;
+    reaped: number;
+  }>`
+    with reaped as (
+      update commitfeed.jobs j
+      set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+          dead_at = case when j.attempt >= j.max_attempts then clock_timestamp() end,
+          lease_expires_at = null,
+          last_error = 'lease expired'
+      where j.id in (select x.id from commitfeed.jobs x
+                     where x.queue = ${queue} and x.state = 'leased' and x.lease_expires_at <= clock_timestamp()
+                     for update skip locked)
+      returning 1
+    ), picked as (
+      select x.id from commitfeed.jobs x
+      where x.queue = ${queue} and x.state = 'ready' and x.run_at <= clock_timestamp()
+        and not coalesce((select q.paused from commitfeed.queues q where q.name = ${queue}), false)
+      order by x.priority, x.run_at, x.id
+      limit ${max}
+      for update skip locked
+    ), claimed as (
+      update commitfeed.jobs j
+      set state = 'leased', attempt = j.attempt + 1, lease = gen_random_uuid(),
+          lease_expires_at = clock_timestamp() + make_interval(secs => ${leaseSeconds}::float8)
+      from picked where j.id = picked.id
+      returning j.id, j.payload, j.attempt, j.max_attempts, j.lease, j.lease_expires_at, j.priority, j.run_at
+    )
+    select c.id::text as id, c.payload::text as payload, c.attempt, c.max_attempts, c.lease::text as lease,
+           extract(epoch from c.lease_expires_at)::float8 * 1000 as expires_ms,
+           (select count(*) from reaped)::int4 as reaped
+    from (select 1) one left join claimed c on true
+    order by c.priority, c.run_at, c.id`.execute(db);
+  return {
+    reaped: rows[0].reaped,
+    jobs:
+      rows[0].id === null
+        ? []
+        : rows.map((r) => ({
+            id: r.id!,
+            payload: r.payload,
+            attempt: r.attempt,
+            maxAttempts: r.max_attempts,
+            lease: r.lease,
+            leaseExpiresAt: r.expires_ms,
+          })),
+  };
+}
+
+/**
+ * When `queue` next has something to hand out without an enqueue: the earliest delayed job coming
+ * due or lease expiring (epoch ms), `0` when jobs are due already (held by a concurrent claim, or
+ * committed after a claim's snapshot: try again), or null when nothing is pending or the queue is
+ * paused (an enqueue or a resume wakes claimers through the feed).
+ */
+export async function nextDue(db: Db, queue: string): Promise<number | null> {
+  const { rows } = await sql<{ due: number | null; now: boolean; paused: boolean }>`
+    select coalesce((select q.paused from commitfeed.queues q where q.name = ${queue}), false) as paused,
+           exists (select 1 from commitfeed.jobs x
+                   where x.queue = ${queue} and x.state = 'ready' and x.run_at <= clock_timestamp()) as now,
+           extract(epoch from least(
+             (select min(x.run_at) from commitfeed.jobs x where x.queue = ${queue} and x.state = 'ready'),
+             (select min(x.lease_expires_at) from commitfeed.jobs x where x.queue = ${queue} and x.state = 'leased')
+           ))::float8 * 1000 as due`.execute(db);
+  const r = rows[0];
+  if (r.paused) return null;
+  if (r.now) return 0;
+  return r.due;
+}

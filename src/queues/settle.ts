@@ -1,0 +1,146 @@
+/**
+ * Settling a claimed job: ack (complete), nack (retry or dead-letter) and extend, each fenced by the
+ * lease token of the claim (a stale worker cannot settle a job someone else now holds).
+ */
+import { sql } from 'kysely';
+import { type Db, inTransaction } from '../db/database.ts';
+import { appendEvents } from '../feed/queries.ts';
+import { wakeEvent } from './wake-stream.ts';
+
+export interface LeaseRef {
+  queue: string;
+  id: string;
+  lease: string;
+}
+
+export type SettleResult = { ok: true } | { ok: false; status: 404 | 409; code: string; message: string };
+
+const OK: SettleResult = { ok: true };
+
+/**
+ * Acks (completes) jobs in one statement: each job is deleted only if it is still held by the lease
+ * presented and that lease has not expired (fencing: a stale worker cannot complete a job someone else
+ * now holds), and counted in its queue's `completed`. One result per item, in order; a failed item
+ * changes nothing.
+ */
+export async function ackJobs(db: Db, items: readonly LeaseRef[]): Promise<SettleResult[]> {
+  const { rows } = await sql<{ id: string }>`
+    with del as (
+      delete from commitfeed.jobs j
+      using unnest(${items.map((i) => i.id)}::int8[], ${items.map((i) => i.lease)}::text[],
+                   ${items.map((i) => i.queue)}::text[]) as a(id, lease, queue)
+      where j.id = a.id and j.queue = a.queue and j.state = 'leased' and j.lease::text = a.lease
+        and j.lease_expires_at > clock_timestamp()
+      returning j.id, j.queue
+    ), counted as (
+      update commitfeed.queues q set completed = q.completed + d.n
+      from (select queue, count(*) as n from del group by queue) d
+      where q.name = d.queue
+    )
+    select id::text as id from del`.execute(db);
+  const done = new Set(rows.map((r) => r.id));
+  // An id given twice is completed once: the later copies fail like any stale ack.
+  const settled = new Set<string>();
+  const ok = items.map((i) => {
+    if (!done.has(i.id) || settled.has(i.id)) return false;
+    settled.add(i.id);
+    return true;
+  });
+  if (ok.every(Boolean)) return items.map(() => OK);
+  const why = await whyNot(
+    db,
+    items.filter((_, n) => !ok[n]),
+  );
+  return items.map((i, n) => (ok[n] ? OK : why(i)));
+}
+
+/**
+ * Explains why settling `items` failed, for error messages: unknown job, wrong lease or expired lease.
+ * Read after the failed write, so it describes a moment later; the failure itself was decided
+ * atomically by the write.
+ */
+async function whyNot(db: Db, items: readonly LeaseRef[]): Promise<(i: LeaseRef) => SettleResult> {
+  const { rows } = await sql<{ id: string; queue: string; state: string; lease: string | null }>`
+    select j.id::text as id, j.queue, j.state, j.lease::text as lease
+    from commitfeed.jobs j where j.id = any(${items.map((i) => i.id)}::int8[])`.execute(db);
+  const byId = new Map(rows.map((r) => [r.id, r]));
+  return (i) => {
+    const row = byId.get(i.id);
+    if (!row || row.queue !== i.queue) {
+      return {
+        ok: false,
+        status: 404,
+        code: 'job_not_found',
+        message: `no job ${i.id} in queue ${i.queue}: it was completed already, or never existed`,
+      };
+    }
+    if (row.lease === i.lease) {
+      return {
+        ok: false,
+        status: 409,
+        code: 'lease_expired',
+        message: `the lease on job ${i.id} has expired (the job is ${row.state === 'leased' ? 'claimable again' : row.state}); claim it again to work on it`,
+      };
+    }
+    return {
+      ok: false,
+      status: 409,
+      code: 'lease_mismatch',
+      message: `job ${i.id} is not held by this lease (it is ${row.state}${row.state === 'leased' ? ' by another claim' : ''}): a stale or wrong lease token; nothing was changed`,
+    };
+  };
+}
+
+export type NackResult =
+  | { ok: true; state: 'ready' | 'dead'; runAt: number; attempt: number }
+  | Extract<SettleResult, { ok: false }>;
+
+/**
+ * Fails a job held by `lease`: it is retried after `delaySeconds` (else its backoff: exponential or
+ * fixed, capped, with jitter unless disabled), or dead-lettered when its attempts are used up; `error`
+ * becomes its last error. A feed row (`retry` or `dead`, data `{"id":...}`) commits with it, so
+ * waiting claimers re-arm their timers and dead letters can be watched.
+ */
+export function nackJob(
+  db: Db,
+  ref: LeaseRef,
+  error: string | null,
+  delaySeconds: number | null,
+): Promise<NackResult> {
+  return inTransaction(db, async (trx) => {
+    const { rows } = await sql<{ state: 'ready' | 'dead'; run_ms: number; attempt: number }>`
+      update commitfeed.jobs j
+      set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+          dead_at = case when j.attempt >= j.max_attempts then clock_timestamp() end,
+          run_at = case when j.attempt >= j.max_attempts then j.run_at
+                   else clock_timestamp() + make_interval(secs => coalesce(${delaySeconds}::float8,
+                     least((j.backoff->>'max')::float8,
+                           (j.backoff->>'delay')::float8 *
+                             case when j.backoff->>'type' = 'fixed' then 1 else power(2, greatest(j.attempt - 1, 0)) end)
+                     * case when (j.backoff->>'jitter')::boolean then 0.5 + random() * 0.5 else 1 end)) end,
+          lease = null, lease_expires_at = null, last_error = ${error}
+      where j.id = ${ref.id}::int8 and j.queue = ${ref.queue} and j.state = 'leased'
+        and j.lease::text = ${ref.lease} and j.lease_expires_at > clock_timestamp()
+      returning j.state, extract(epoch from j.run_at)::float8 * 1000 as run_ms, j.attempt`.execute(trx);
+    if (rows.length === 0) return (await whyNot(trx, [ref]))(ref) as NackResult;
+    const r = rows[0];
+    await appendEvents(trx, [
+      wakeEvent(ref.queue, r.state === 'dead' ? 'dead' : 'retry', `{"id":"${ref.id}"}`),
+    ]);
+    return { ok: true, state: r.state, runAt: r.run_ms, attempt: r.attempt };
+  });
+}
+
+export type ExtendResult = { ok: true; leaseExpiresAt: number } | Extract<SettleResult, { ok: false }>;
+
+/** Extends a live lease to `seconds` from now (a worker's heartbeat on a long job). */
+export async function extendLease(db: Db, ref: LeaseRef, seconds: number): Promise<ExtendResult> {
+  const { rows } = await sql<{ expires_ms: number }>`
+    update commitfeed.jobs j
+    set lease_expires_at = clock_timestamp() + make_interval(secs => ${seconds}::float8)
+    where j.id = ${ref.id}::int8 and j.queue = ${ref.queue} and j.state = 'leased'
+      and j.lease::text = ${ref.lease} and j.lease_expires_at > clock_timestamp()
+    returning extract(epoch from j.lease_expires_at)::float8 * 1000 as expires_ms`.execute(db);
+  if (rows.length === 0) return (await whyNot(db, [ref]))(ref) as ExtendResult;
+  return { ok: true, leaseExpiresAt: rows[0].expires_ms };
+}
