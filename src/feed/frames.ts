@@ -7,7 +7,7 @@
  * (test/frames.test.ts) compares them on hostile data.
  */
 import { type Cursor, parseCursor } from './cursor.ts';
-import type { FeedEvent } from './queries.ts';
+import type { FeedEvent } from './event.ts';
 
 /** The SSE frame for an event, built once and cached on it. */
 export function sseFrame(e: FeedEvent): string {

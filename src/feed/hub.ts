@@ -18,7 +18,7 @@
  */
 import { type Cursor, compareCursors, maxCursor } from './cursor.ts';
 import { resetFrame, sseFrame } from './frames.ts';
-import type { FeedEvent } from './queries.ts';
+import type { FeedEvent } from './event.ts';
 import type { Tailer } from './tailer.ts';
 
 /** Where a subscription's bytes go (an SSE response). */

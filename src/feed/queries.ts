@@ -7,7 +7,10 @@ import { CompiledQuery, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
+import type { FeedEvent } from './event.ts';
 import { SSE_FRAME_SQL, lastFrameCursor } from './frames.ts';
+
+export type { FeedEvent } from './event.ts';
 
 /** The one channel every feed write notifies (payload empty: the feed, not the notify, is the truth). */
 export const FEED_CHANNEL = 'commitfeed_feed';
@@ -26,18 +29,6 @@ export interface AppendResult {
   stream: string;
   /** True when `key` matched an event already in the stream: nothing was appended. */
   duplicate: boolean;
-}
-
-/** An event read from the feed. `frame` caches its SSE frame, built once for every subscriber. */
-export interface FeedEvent extends Cursor {
-  cursor: string;
-  stream: string;
-  type: string | null;
-  key: string | null;
-  data: string;
-  /** created_at, epoch milliseconds */
-  ms: number;
-  frame?: string;
 }
 
 interface Row {

@@ -1,0 +1,18 @@
+/**
+ * The shape of an event read from the feed, shared by the readers (queries, window, tailer) and the
+ * writers of frames (frames, hub). It lives apart from queries.ts so that frames.ts, which the
+ * queries embed as SQL, does not import them back.
+ */
+import type { Cursor } from './cursor.ts';
+
+/** An event read from the feed. `frame` caches its SSE frame, built once for every subscriber. */
+export interface FeedEvent extends Cursor {
+  cursor: string;
+  stream: string;
+  type: string | null;
+  key: string | null;
+  data: string;
+  /** created_at, epoch milliseconds */
+  ms: number;
+  frame?: string;
+}
