@@ -12,6 +12,7 @@ import type { Database } from './db/database.ts';
 import { installErrorHandlers } from './http/errors.ts';
 import type { Feed } from './feed/feed.ts';
 import { installFiniteNumbers, installJsonParser } from './http/input.ts';
+import { strictBodyValidator } from './http/validation.ts';
 import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
 import { metricsRoutes } from './ops/metrics.ts';
@@ -45,6 +46,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 2048 },
     // Unknown query parameters are errors, not silently dropped.
     ajv: { customOptions: { removeAdditional: false, allErrors: false } },
+    // JSON bodies are validated as sent (no type coercion); query strings and paths keep it.
+    schemaController: { compilersFactory: { buildValidator: strictBodyValidator() } },
     return503OnClosing: true,
     // close() runs preClose first, which ends SSE streams and waits for in-flight publishes; any
     // keep-alive socket left after that is dropped instead of holding shutdown open.

@@ -1,6 +1,8 @@
 /**
- * Errors as the API shows them: `{statusCode, error, message, code}` with a stable `code` that
- * clients can branch on. Every 4xx is raised before anything is written.
+ * Errors as the API shows them: `{statusCode, error, code, message}` with a stable `code` that
+ * clients can branch on, the same on every route. Every 4xx is raised before anything is written.
+ * A request that fails its schema gets one message naming the one field and rule that failed
+ * (`body/0/type must be string`, `body/data is required`), whatever the route.
  */
 import { STATUS_CODES } from 'node:http';
 import type { FastifyError, FastifyInstance } from 'fastify';
@@ -17,12 +19,50 @@ export class ApiError extends Error {
   }
 }
 
+/** The response schema of every error (OpenAPI and serialisation). */
+export const errorSchema = {
+  type: 'object',
+  required: ['statusCode', 'error', 'code', 'message'],
+  properties: {
+    statusCode: { type: 'integer' },
+    error: { type: 'string', description: 'the HTTP reason phrase' },
+    code: { type: 'string', description: 'stable, for clients to branch on (e.g. invalid_request)' },
+    message: { type: 'string', description: 'for people: what failed and where' },
+  },
+} as const;
+
 export function errorBody(statusCode: number, code: string, message: string) {
   return { statusCode, error: STATUS_CODES[statusCode] ?? 'Error', code, message };
 }
 
 /** Seconds a client should wait before retrying after a 503. */
 export const RETRY_AFTER_S = 2;
+
+/** Where a failed schema check happened, as messages name it. */
+const PARTS: Record<string, string> = {
+  body: 'body',
+  querystring: 'query',
+  params: 'params',
+  headers: 'headers',
+};
+
+/**
+ * The message of a failed schema check: its first (with `allErrors: false`, its only meaningful)
+ * error, as `<part><json pointer> <rule>`. Ajv's own text for a missing or unknown property names the
+ * object, not the property; these two name the property.
+ */
+export function validationMessage(err: FastifyError): string {
+  const first = err.validation?.[0];
+  if (first === undefined) return err.message;
+  const path = `${PARTS[err.validationContext ?? ''] ?? err.validationContext ?? 'request'}${first.instancePath ?? ''}`;
+  const params = first.params as Record<string, unknown>;
+  if (first.keyword === 'required') return `${path}/${String(params.missingProperty)} is required`;
+  if (first.keyword === 'additionalProperties') {
+    const what = err.validationContext === 'querystring' ? 'parameter' : 'property';
+    return `${path}/${String(params.additionalProperty)} is not a known ${what}`;
+  }
+  return `${path} ${first.message ?? 'is invalid'}`;
+}
 
 /** Maps a failed schema check to a stable code by where it failed. */
 function validationCode(err: FastifyError): string {
@@ -52,10 +92,7 @@ export function installErrorHandlers(app: FastifyInstance): void {
       return reply.code(err.statusCode).send(errorBody(err.statusCode, err.code, err.message));
     }
     if (err.validation) {
-      const message = err.message.replace(/^(body|params|querystring|headers)/, (m) =>
-        m === 'querystring' ? 'query' : m,
-      );
-      return reply.code(400).send(errorBody(400, validationCode(err), message));
+      return reply.code(400).send(errorBody(400, validationCode(err), validationMessage(err)));
     }
     const known = err.code ? FASTIFY_CODES[err.code] : undefined;
     if (known) {

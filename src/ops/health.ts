@@ -5,7 +5,7 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import { errorBody } from '../http/errors.ts';
 import type { Feed } from '../feed/feed.ts';
-import { errorSchema } from '../streams/schemas.ts';
+import { errorSchema } from '../http/errors.ts';
 
 const statusSchema = { type: 'object', properties: { status: { type: 'string' } } } as const;
 const checksSchema = {

@@ -1,6 +1,8 @@
 /** Queue route schemas: request validation and response serialisation from one source. */
 import { NAME_PATTERN } from '../feed/validate.ts';
-import { CURSOR_PATTERN, MAX_BATCH, errorSchema } from '../streams/schemas.ts';
+import { errorSchema } from '../http/errors.ts';
+import { batchOf } from '../http/validation.ts';
+import { CURSOR_PATTERN, MAX_BATCH } from '../streams/schemas.ts';
 import { MAX_ATTEMPTS_LIMIT, MAX_SECONDS, PRIORITY_LIMIT } from './validate.ts';
 
 export const JOB_ID_PATTERN = '^[0-9]{1,18}$';
@@ -54,9 +56,11 @@ export const jobInput = {
   },
 } as const;
 
-export const enqueueBody = {
-  oneOf: [jobInput, { type: 'array', minItems: 1, maxItems: MAX_BATCH, items: jobInput }],
-} as const;
+export const enqueueBody = batchOf(
+  jobInput,
+  MAX_BATCH,
+  'one job, or an array of jobs enqueued in one transaction',
+);
 
 const enqueued = {
   type: 'object',

@@ -1,18 +1,10 @@
 /** Route schemas: request validation, response serialisation and (later) OpenAPI from one source. */
 import { NAME_PATTERN, TYPE_PATTERN } from '../feed/validate.ts';
+import { errorSchema } from '../http/errors.ts';
+import { batchOf } from '../http/validation.ts';
 
 export const CURSOR_PATTERN = '^\\d{1,16}-\\d{1,16}$';
 export const MAX_BATCH = 1000;
-
-export const errorSchema = {
-  type: 'object',
-  properties: {
-    statusCode: { type: 'integer' },
-    error: { type: 'string' },
-    code: { type: 'string' },
-    message: { type: 'string' },
-  },
-} as const;
 
 export const streamParams = {
   type: 'object',
@@ -31,9 +23,11 @@ export const eventInput = {
   },
 } as const;
 
-export const publishBody = {
-  oneOf: [eventInput, { type: 'array', minItems: 1, maxItems: MAX_BATCH, items: eventInput }],
-} as const;
+export const publishBody = batchOf(
+  eventInput,
+  MAX_BATCH,
+  'one event, or an array of events published in one transaction',
+);
 
 const published = {
   type: 'object',

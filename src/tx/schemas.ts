@@ -2,7 +2,7 @@
  * Schemas of `POST /v1/tx`. The body schema checks the envelope only: each op is checked by ops.ts
  * with the shared validation, so an error names the op (`ops[3].publish.stream: ...`).
  */
-import { errorSchema } from '../streams/schemas.ts';
+import { errorSchema } from '../http/errors.ts';
 import { MAX_OPS } from './ops.ts';
 
 export const txBody = {
