@@ -116,6 +116,97 @@ t.test('the live page tails a stream with EventSource across a server restart', 
   t.same(consoleErrors, [], 'no script errors on the page');
 });
 
+t.test(
+  "EventSource on several streams sees each event's stream in lastEventId, across a restart",
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    let server = await startTestServer(t, dbUrl);
+    const port = Number(new URL(server.url).port);
+    const db = sqlClient(t, dbUrl);
+    const context = await launch(t);
+    const page = await context.newPage();
+    const consoleErrors: string[] = [];
+    page.on('pageerror', (err) => consoleErrors.push(err.message));
+    await page.goto(`${server.url}/healthz`);
+
+    await publish(server.url, 'alpha', { data: { n: 0 } });
+    await publish(server.url, 'beta', { data: { n: 1 }, type: 'created' });
+    // Plain EventSource, as an application would write it: the stream comes from lastEventId alone.
+    await page.evaluate(() => {
+      type Got = { stream: string; type: string; n: number; id: string };
+      const w = window as unknown as { __got: Got[]; __opens: number; __es: EventSource };
+      w.__got = [];
+      w.__opens = 0;
+      const es = new EventSource('/v1/events?stream=alpha&stream=beta&from=earliest');
+      w.__es = es;
+      const onEvent = (e: MessageEvent) => {
+        const [, stream] = e.lastEventId.split('/');
+        w.__got.push({ stream, type: e.type, n: JSON.parse(e.data).n, id: e.lastEventId });
+      };
+      es.addEventListener('message', onEvent);
+      es.addEventListener('created', onEvent);
+      es.addEventListener('open', () => w.__opens++);
+    });
+    type Got = { stream: string; type: string; n: number; id: string };
+    const got = () => page.evaluate(() => (window as unknown as { __got: Got[] }).__got);
+    const waitFor = async (n: number) => {
+      const deadline = Date.now() + 20000;
+      for (;;) {
+        const g = await got();
+        if (g.length >= n) return g;
+        if (Date.now() > deadline) throw new Error(`browser got ${g.length} events, expected ${n}`);
+        await sleep(50);
+      }
+    };
+    await waitFor(2);
+    await publish(server.url, 'beta', { data: { n: 2 } });
+    await publish(server.url, 'alpha', { data: { n: 3 }, type: 'created' });
+    await waitFor(4);
+
+    // Restart: the browser resumes by itself, sending the last id (which names a stream) back.
+    await server.close();
+    await sql`insert into commitfeed.feed (stream, data) values ('beta', '{"n":4}'), ('alpha', '{"n":5}')`.execute(
+      db,
+    );
+    await sleep(500);
+    server = await startTestServer(t, dbUrl, { port });
+    await publish(server.url, 'beta', { data: { n: 6 } });
+    await waitFor(7);
+    await sleep(300);
+    const final = await got();
+    t.same(
+      final.map((e) => [e.n, e.stream, e.type]),
+      [
+        [0, 'alpha', 'message'],
+        [1, 'beta', 'created'],
+        [2, 'beta', 'message'],
+        [3, 'alpha', 'created'],
+        [4, 'beta', 'message'],
+        [5, 'alpha', 'message'],
+        [6, 'beta', 'message'],
+      ],
+      'every event once, in commit order, each with its stream',
+    );
+    const rows = (await feedRows(db)).map((r) => `${r.cursor}/${r.stream}`);
+    t.same(
+      final.map((e) => e.id),
+      rows,
+      'lastEventId is <cursor>/<stream>',
+    );
+    t.ok(
+      (await page.evaluate(() => (window as unknown as { __opens: number }).__opens)) >= 2,
+      'the browser reconnected',
+    );
+    t.equal(
+      await page.evaluate(() => (window as unknown as { __es: EventSource }).__es.readyState),
+      1,
+      'still open (the resume with a stream-naming id was accepted)',
+    );
+    await page.evaluate(() => (window as unknown as { __es: EventSource }).__es.close());
+    t.same(consoleErrors, [], 'no script errors on the page');
+  },
+);
+
 t.test('the docs page renders the API in a browser', async (t) => {
   const server = await startTestServer(t, await testDatabase(t));
   const context = await launch(t);

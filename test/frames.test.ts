@@ -5,9 +5,9 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { migrate } from '../src/db/migrate.ts';
 import { START } from '../src/feed/cursor.ts';
-import { lastFrameCursor, sseFrame } from '../src/feed/frames.ts';
+import { lastFrameCursor, namedSseFrame, sseFrame } from '../src/feed/frames.ts';
 import { currentHorizon, readRange, readRangeFrames } from '../src/feed/queries.ts';
-import { openSse, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { openSse, publish, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 const DATA = [
   '{"n":1}',
@@ -41,6 +41,18 @@ t.test('PostgreSQL builds the same frames as sseFrame(), page by page', async (t
 
   const two = await readRangeFrames(db, ['f', 'other'], START, upTo, 100, 1 << 20);
   t.equal(two.count, DATA.length + 1, 'several streams: both read');
+  // Several streams: each frame's id names its stream, the same bytes from SQL as from namedSseFrame().
+  const both = (await readRange(db, ['f', 'other'], START, upTo, 100)).events;
+  const expectedNamed = both.map((e) => namedSseFrame(e)).join('');
+  t.equal(two.frames, expectedNamed, 'several streams: identical bytes, ids naming the stream');
+  t.match(expectedNamed, /^id: \d+-\d+\/f\ndata: \{"n":1\}\n\n/, 'the id is <cursor>/<stream>');
+  t.match(expectedNamed, /\nid: \d+-\d+\/other\ndata: \{"not":"mine"\}\n\n$/);
+  t.same(lastFrameCursor(expectedNamed), both.at(-1) && { txid: both.at(-1)!.txid, id: both.at(-1)!.id });
+  t.equal(
+    namedSseFrame(both[1]).replace(/^id: [^\n]*/, ''),
+    sseFrame(both[1]).replace(/^id: [^\n]*/, ''),
+    'only the id line differs between the two forms',
+  );
 
   // Paging: every event once, in order, across pages.
   for (const limit of [1, 2, 3, 100]) {
@@ -57,6 +69,19 @@ t.test('PostgreSQL builds the same frames as sseFrame(), page by page', async (t
       if (pages > 50) break;
     }
     t.equal(out, expected, `limit ${limit}: same bytes in ${pages} pages`);
+  }
+  // The same paging over several streams, where ids name the stream.
+  for (const limit of [1, 3]) {
+    let after = START;
+    let out = '';
+    for (let pages = 0; pages <= 50; pages++) {
+      const page = await readRangeFrames(db, ['f', 'other'], after, upTo, limit, 1 << 20);
+      out += page.frames;
+      if (!page.more) break;
+      t.same(lastFrameCursor(page.frames!), page.last, 'last is the last (named) frame');
+      after = page.last!;
+    }
+    t.equal(out, expectedNamed, `several streams, limit ${limit}: same bytes across pages`);
   }
 
   // A frame over the size bound: no frames (the caller reads rows), but the count and `more` hold.
@@ -81,5 +106,64 @@ t.test('a catch-up over large events is served as rows, chunk by chunk, with not
     got,
     Array.from({ length: 80 }, (_, i) => i + 1),
     'every event once, in order',
+  );
+});
+
+t.test('a connection to several streams gets ids naming the stream, live and in catch-up', async (t) => {
+  const url = await testDatabase(t);
+  const server = await startTestServer(t, url);
+  const db = sqlClient(t, url);
+  // Catch-up served as rows (events over the 64 KB frame bound) and as SQL-built frames (small ones).
+  await sql`insert into commitfeed.feed (stream, data)
+            select case when g % 2 = 0 then 'a' else 'b' end,
+                   json_build_object('n', g, 'pad', case when g % 3 = 0 then repeat('x', 100000) else '' end)
+            from generate_series(1, 12) g`.execute(db);
+  await server.feed.tailer.settled();
+  const multi = await openSse(t, `${server.url}/v1/events?stream=a&stream=b&from=earliest`);
+  const single = await openSse(t, `${server.url}/v1/streams/a/events?from=earliest`);
+  await multi.waitFor(12, 20000);
+  await single.waitFor(6, 20000);
+  // Live: one event fanned out to both connections, each in its own form.
+  await publish(server.url, 'a', { data: { n: 13 }, type: 'live' });
+  const [m] = (await multi.waitFor(13, 10000)).slice(12);
+  const [s1] = (await single.waitFor(7, 10000)).slice(6);
+  const rows = (
+    await sql<{ cursor: string; stream: string }>`
+    select txid::text || '-' || id::text as cursor, stream from commitfeed.feed order by txid, id`.execute(db)
+  ).rows;
+  t.same(
+    multi.received.map((e) => e.id),
+    rows.map((r) => `${r.cursor}/${r.stream}`),
+    'several streams: every id is <cursor>/<stream>, in feed order, catch-up and live',
+  );
+  t.same(
+    single.received.map((e) => e.id),
+    rows.filter((r) => r.stream === 'a').map((r) => r.cursor),
+    'one stream: plain cursors',
+  );
+  t.equal(m.event, 'live', 'the event name is the published type');
+  t.equal(m.data, s1.data, 'the same data on both');
+  multi.close();
+  single.close();
+
+  // Resuming with such an id (as EventSource sends it back) continues after its cursor.
+  const resumed = await openSse(t, `${server.url}/v1/events?stream=a&stream=b`, {
+    'last-event-id': multi.received[9].id!,
+  });
+  t.equal(resumed.status, 200, 'Last-Event-ID naming a stream is accepted');
+  t.same(
+    (await resumed.waitFor(3, 10000)).map((e) => e.id),
+    multi.received.slice(10).map((e) => e.id),
+    'resumed right after it',
+  );
+  resumed.close();
+  const after = await fetch(
+    `${server.url}/v1/events?stream=a&stream=b&after=${encodeURIComponent(multi.received[11].id!)}`,
+  );
+  t.equal(after.status, 200, '?after= takes the same id');
+  t.same(
+    ((await after.json()) as { events: { id: string }[] }).events.map((e) => e.id),
+    [rows[12].cursor],
+    'JSON reads list plain cursors (each event has its stream property)',
   );
 });

@@ -14,9 +14,11 @@ export interface Cursor {
 /** Before every event. */
 export const START: Cursor = Object.freeze({ txid: 0, id: 0 });
 
-const CURSOR_RE = /^(\d{1,16})-(\d{1,16})$/;
+// An id from a connection to several streams names the stream after the cursor (`12-3/orders`, see
+// frames.ts); the name is not needed to resume, as the cursor is a position in the whole feed.
+const CURSOR_RE = /^(\d{1,16})-(\d{1,16})(?:\/[A-Za-z0-9._:-]{1,200})?$/;
 
-/** Parses a cursor string; returns undefined when it is malformed. */
+/** Parses a cursor string (or an event id that names its stream); undefined when it is malformed. */
 export function parseCursor(text: string): Cursor | undefined {
   const m = CURSOR_RE.exec(text.trim());
   if (!m) return undefined;

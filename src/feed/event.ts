@@ -15,4 +15,6 @@ export interface FeedEvent extends Cursor {
   /** created_at, epoch milliseconds */
   ms: number;
   frame?: string;
+  /** The frame for connections to several streams (its id names the stream), built on first use. */
+  namedFrame?: string;
 }

@@ -5,43 +5,77 @@
  * bytes through instead of parsing rows into objects and re-serialising them (measured: most of a
  * catch-up's server CPU went to row parsing and garbage). The two must agree byte for byte; a test
  * (test/frames.test.ts) compares them on hostile data.
+ *
+ * A connection to several streams gets frames whose `id:` names the stream after the cursor:
+ * `id: 7350-12/orders`. A browser's EventSource hands a listener only the event name, `lastEventId`
+ * and `data`; the event name is the publisher's type and the data is the publisher's JSON, so the
+ * id is the one field the server owns. The cursor part stays the resume point: a reconnecting
+ * EventSource sends the whole id back as Last-Event-ID and the server reads the cursor from it
+ * (parseCursor accepts the suffix). A connection to one stream keeps the plain `id: 7350-12`.
+ * Both forms are built at most once per event and cached on it, so a fan-out to many subscribers
+ * costs no per-subscriber string work whichever form each one gets.
  */
 import { type Cursor, parseCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 
+/** True when a connection to `streams` gets frames that name their stream (namedSseFrame). */
+export function namesStreams(streams: readonly string[]): boolean {
+  return streams.length > 1;
+}
+
+/** The frame builder for a connection to `streams`. */
+export function framerFor(streams: readonly string[]): (e: FeedEvent) => string {
+  return namesStreams(streams) ? namedSseFrame : sseFrame;
+}
+
 /** The SSE frame for an event, built once and cached on it. */
 export function sseFrame(e: FeedEvent): string {
-  if (e.frame === undefined) {
-    // JSON text is one line unless it carries whitespace newlines between tokens (a raw SQL write);
-    // those are insignificant, and SSE needs one line per `data:`.
-    const data = e.data.includes('\n') || e.data.includes('\r') ? e.data.replace(/\r\n|\r|\n/g, ' ') : e.data;
-    e.frame =
-      e.type === null
-        ? `id: ${e.cursor}\ndata: ${data}\n\n`
-        : `id: ${e.cursor}\nevent: ${e.type}\ndata: ${data}\n\n`;
-  }
+  if (e.frame === undefined) e.frame = `id: ${e.cursor}\n${frameRest(e)}`;
   return e.frame;
 }
 
+/** The frame for a connection to several streams: the id is `<cursor>/<stream>`. Cached on the event. */
+export function namedSseFrame(e: FeedEvent): string {
+  if (e.namedFrame === undefined) e.namedFrame = `id: ${e.cursor}/${e.stream}\n${frameRest(e)}`;
+  return e.namedFrame;
+}
+
+/** A frame after its `id:` line. */
+function frameRest(e: FeedEvent): string {
+  // JSON text is one line unless it carries whitespace newlines between tokens (a raw SQL write);
+  // those are insignificant, and SSE needs one line per `data:`.
+  const data = e.data.includes('\n') || e.data.includes('\r') ? e.data.replace(/\r\n|\r|\n/g, ' ') : e.data;
+  return e.type === null ? `data: ${data}\n\n` : `event: ${e.type}\ndata: ${data}\n\n`;
+}
+
 /** sseFrame() in SQL, for a row `f` of commitfeed.feed. */
-export const SSE_FRAME_SQL = `'id: ' || f.txid::text || '-' || f.id::text || E'\\n'
+export const SSE_FRAME_SQL = frameSql('');
+
+/** namedSseFrame() in SQL: the catch-up of a connection to several streams. */
+export const NAMED_SSE_FRAME_SQL = frameSql(` || '/' || f.stream`);
+
+function frameSql(idSuffix: string): string {
+  return `'id: ' || f.txid::text || '-' || f.id::text${idSuffix} || E'\\n'
       || coalesce('event: ' || f.type || E'\\n', '')
       || 'data: ' || (case when strpos(f.data::text, E'\\n') > 0 or strpos(f.data::text, E'\\r') > 0
                           then regexp_replace(f.data::text, E'\\r\\n|\\r|\\n', ' ', 'g')
                           else f.data::text end)
       || E'\\n\\n'`;
+}
 
 /**
  * The cursor of the last frame in a string of frames (null when empty). Frames end with a blank line
  * and a `data:` line never holds a raw newline, so the last frame starts after the last-but-one
- * blank line, with its `id:` line.
+ * blank line, with its `id:` line (plain or naming its stream).
  */
 export function lastFrameCursor(frames: string): Cursor | null {
   if (frames === '') return null;
   const k = frames.lastIndexOf('\n\n', frames.length - 3);
   const from = k === -1 ? 0 : k + 2;
   const eol = frames.indexOf('\n', from);
-  return parseCursor(frames.slice(from + 4, eol)) ?? null; // after "id: "
+  const id = frames.slice(from + 4, eol); // after "id: "
+  const slash = id.indexOf('/');
+  return parseCursor(slash === -1 ? id : id.slice(0, slash)) ?? null;
 }
 
 /** The in-band "you missed events" signal: retention dropped events at or before `mark`. */

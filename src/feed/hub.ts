@@ -17,7 +17,7 @@
  * subscriber with an `unavailable` event and a `retry:` hint; the client resumes from its last id.
  */
 import { type Cursor, compareCursors, maxCursor } from './cursor.ts';
-import { resetFrame, sseFrame } from './frames.ts';
+import { namedSseFrame, namesStreams, resetFrame, sseFrame } from './frames.ts';
 import type { FeedEvent } from './event.ts';
 import type { Tailer } from './tailer.ts';
 
@@ -45,6 +45,8 @@ export class Subscription {
   /** The sink's unsent bytes at the last sweep: a client that is taking bytes is slow, not stuck. */
   lastBuffered = 0;
   readonly streamSet: ReadonlySet<string>;
+  /** Its frames name their stream (a connection to several streams: see frames.ts). */
+  readonly named: boolean;
 
   constructor(
     readonly streams: readonly string[],
@@ -52,6 +54,7 @@ export class Subscription {
     readonly sink: Sink,
   ) {
     this.streamSet = new Set(streams);
+    this.named = namesStreams(streams);
   }
 }
 
@@ -128,11 +131,11 @@ export class Hub {
     for (const e of events) {
       const subs = this.byStream.get(e.stream);
       if (subs !== undefined) {
-        const frame = sseFrame(e);
         for (const sub of subs) {
           if (!sub.live || compareCursors(e, sub.cursor) <= 0) continue;
           if (sub.pending === '') touched.push(sub);
-          sub.pending += frame;
+          // Each form is built once per event and cached on it, whoever receives it.
+          sub.pending += sub.named ? namedSseFrame(e) : sseFrame(e);
           sub.cursor = e;
           frames++;
         }

@@ -8,7 +8,7 @@ import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
-import { SSE_FRAME_SQL, lastFrameCursor } from './frames.ts';
+import { NAMED_SSE_FRAME_SQL, SSE_FRAME_SQL, lastFrameCursor } from './frames.ts';
 
 export type { FeedEvent } from './event.ts';
 
@@ -239,7 +239,7 @@ function rangeFramesSql(streams: 'one' | 'any'): string {
          count(*)::int as fetched,
          count(*) filter (where octet_length(q.frame) > $7)::int as big,
          coalesce(string_agg(q.frame, '') filter (where octet_length(q.frame) <= $7), '') as frames
-  from (${rangePage(`${SSE_FRAME_SQL} as frame`, streams)}) q`);
+  from (${rangePage(`${streams === 'one' ? SSE_FRAME_SQL : NAMED_SSE_FRAME_SQL} as frame`, streams)}) q`);
 }
 const RANGE_FRAMES_ONE_SQL = rangeFramesSql('one');
 const RANGE_FRAMES_ANY_SQL = rangeFramesSql('any');

@@ -13,7 +13,7 @@
  */
 import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
-import { sseFrame } from './frames.ts';
+import { framerFor } from './frames.ts';
 import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
 import { EventWindow } from './window.ts';
 
@@ -236,9 +236,10 @@ export class Tailer {
     const { events, position, reset } = await this.read(streams, streamSet, after, limit);
     if (reset) return { chunks: [], count: 0, position, more: true, reset };
     const chunks: string[] = [];
+    const frameOf = framerFor(streams);
     let chunk = '';
     for (const e of events) {
-      const frame = sseFrame(e);
+      const frame = frameOf(e);
       if (chunk.length + frame.length > chunkBytes && chunk !== '') {
         chunks.push(chunk);
         chunk = '';

@@ -3,7 +3,8 @@ import { NAME_PATTERN, TYPE_PATTERN } from '../feed/validate.ts';
 import { errorSchema } from '../http/errors.ts';
 import { batchOf } from '../http/validation.ts';
 
-export const CURSOR_PATTERN = '^\\d{1,16}-\\d{1,16}$';
+/** A cursor, or an event id from a connection to several streams (`<cursor>/<stream>`). */
+export const CURSOR_PATTERN = `^\\d{1,16}-\\d{1,16}(/${NAME_PATTERN.slice(1, -1)})?$`;
 export const MAX_BATCH = 1000;
 
 export const streamParams = {
