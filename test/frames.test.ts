@@ -4,6 +4,7 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { migrate } from '../src/db/migrate.ts';
+import { CommitfeedClient } from '../src/client/index.ts';
 import { START } from '../src/feed/cursor.ts';
 import { lastFrameCursor, namedSseFrame, sseFrame } from '../src/feed/frames.ts';
 import { currentHorizon, readRange, readRangeFrames } from '../src/feed/queries.ts';
@@ -166,4 +167,36 @@ t.test('a connection to several streams gets ids naming the stream, live and in 
     [rows[12].cursor],
     'JSON reads list plain cursors (each event has its stream property)',
   );
+});
+
+t.test("the TypeScript client reports each event's stream and a plain cursor", async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  const cf = new CommitfeedClient(server.url);
+  const a = await cf.publish('a', { i: 0 });
+  const b = await cf.publish('b', { i: 1 }, { type: 'created' });
+  const read = async (streams: string | string[], n: number) => {
+    const sub = cf.subscribe<{ i: number }>(streams, { from: 'earliest' });
+    t.teardown(() => sub.close());
+    const out: { id: string; stream: string; type: string; i: number }[] = [];
+    const timer = setTimeout(() => sub.close(), 10000);
+    for await (const e of sub) {
+      out.push({ id: e.id, stream: e.stream, type: e.type, i: e.data.i });
+      if (out.length === n) break;
+    }
+    clearTimeout(timer);
+    t.equal(out.length, n, `${n} events within 10 s`);
+    return { out, lastId: sub.lastId };
+  };
+  const both = await read(['a', 'b'], 2);
+  t.same(
+    both.out,
+    [
+      { id: a.id, stream: 'a', type: 'message', i: 0 },
+      { id: b.id, stream: 'b', type: 'created', i: 1 },
+    ],
+    'several streams: the stream from the id, the id a plain cursor',
+  );
+  t.equal(both.lastId, b.id, 'lastId is the plain cursor');
+  const one = await read('b', 1);
+  t.same(one.out, [{ id: b.id, stream: 'b', type: 'created', i: 1 }], 'one stream: its name');
 });

@@ -14,7 +14,7 @@
  *   await cf.publish('orders', { order: 42 }, { type: 'created' });
  *   for await (const e of cf.subscribe('orders', { from: 'earliest' })) console.log(e.id, e.type, e.data);
  */
-import { parseSse, textChunks } from './sse.ts';
+import { parseSse, splitEventId, textChunks } from './sse.ts';
 
 /** An API error: the HTTP status and the server's stable `code` (`status` 0: no answer at all). */
 export class CommitfeedError extends Error {
@@ -69,6 +69,8 @@ export interface Published {
 export interface StreamEvent<T = unknown> {
   /** The event's cursor: resume after it with `after` (the client does this itself). */
   id: string;
+  /** The stream the event was published to (several streams share one connection). */
+  stream: string;
   /** The SSE event name: the published `type`, or `message` when it had none. */
   type: string;
   /** The event data, parsed from JSON. */
@@ -544,10 +546,12 @@ export class Subscription<T = unknown> implements AsyncIterable<StreamEvent<T>> 
                 continue;
               }
               if (control) continue; // a server notice this client does not know: no event
-              this.lastId = m.id;
+              // On several streams the id names the event's stream after its cursor.
+              const { cursor, stream = this.streams[0] } = splitEventId(m.id!);
+              this.lastId = cursor;
               delivered = true;
               disarmIdle(); // the consumer's time is not the server's silence
-              yield { id: m.id!, type: m.event ?? 'message', data: parseData(m.data) as T };
+              yield { id: cursor, stream, type: m.event ?? 'message', data: parseData(m.data) as T };
               armIdle();
             }
           }

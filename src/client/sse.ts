@@ -57,6 +57,15 @@ export async function* parseSse(chunks: AsyncIterable<string>): AsyncGenerator<S
   }
 }
 
+/**
+ * An event id split into its cursor and the stream it names: on a connection to several streams
+ * the server writes ids as `<cursor>/<stream>` (`7350-12/orders`); on one stream, the cursor alone.
+ */
+export function splitEventId(id: string): { cursor: string; stream?: string } {
+  const slash = id.indexOf('/');
+  return slash === -1 ? { cursor: id } : { cursor: id.slice(0, slash), stream: id.slice(slash + 1) };
+}
+
 /** Decodes a fetch Response body into text chunks. */
 export async function* textChunks(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
   const decoder = new TextDecoder();
