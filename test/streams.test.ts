@@ -166,9 +166,10 @@ t.test('several streams on one connection, one cursor', async (t) => {
   await publish(server.url, 'c', { data: 'no' });
   const b1 = await publish(server.url, 'b', { data: 2 });
   const a2 = await publish(server.url, 'a', { data: 3 });
+  // On several streams an event's id names its stream after the cursor.
   t.same(
     (await sse.waitFor(3)).map((m) => m.id),
-    [a1.body.id, b1.body.id, a2.body.id],
+    [`${a1.body.id}/a`, `${b1.body.id}/b`, `${a2.body.id}/a`],
   );
   const json = await fetch(`${server.url}/v1/events?stream=a&stream=b&after=${a1.body.id}`);
   t.same(

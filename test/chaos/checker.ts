@@ -30,7 +30,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
-import { parseSse, textChunks } from '../../src/client/sse.ts';
+import { parseSse, splitEventId, textChunks } from '../../src/client/sse.ts';
 import { compareCursors, parseCursor } from '../../src/feed/cursor.ts';
 import { type EventInput, appendEvents } from '../../src/feed/queries.ts';
 import { type EmbeddedDatabase, startEmbeddedPostgres } from '../../src/db/embedded.ts';
@@ -365,7 +365,8 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
                 continue;
               }
               if (m.event === 'unavailable') continue;
-              const id = m.id ?? '';
+              // A reader of several streams gets ids naming the stream after the cursor.
+              const id = splitEventId(m.id ?? '').cursor;
               let key = '?';
               try {
                 key = (JSON.parse(m.data) as { k: string }).k;
