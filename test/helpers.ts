@@ -1,6 +1,6 @@
 /**
  * Shared test plumbing: a migrated database per test (cloned from the run's template), servers that
- * are always stopped, an SSE reader.
+ * are always stopped, an SSE reader, bounded waits on conditions.
  */
 import { randomBytes } from 'node:crypto';
 import { Kysely, PostgresDialect, sql } from 'kysely';
@@ -179,6 +179,23 @@ export async function openSse(t: T, url: string, headers: Record<string, string>
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * Waits until `cond()` holds (checked every 10 ms) and fails loudly, naming `what`, after `ms`.
+ * Use it instead of a fixed sleep before an assertion: it returns as soon as the state is reached
+ * (fast when the machine is idle) and still passes when a busy machine is slow.
+ */
+export async function until(
+  cond: () => boolean | Promise<boolean>,
+  ms = 10000,
+  what = 'condition',
+): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(10);
+  }
+}
 
 /** Rows in the feed, in feed order. */
 export async function feedRows(
