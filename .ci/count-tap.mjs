@@ -1,10 +1,12 @@
 // Reads TAP from stdin (tap --reporter=tap), echoes it, and prints "tests: N passed, N failed" counting
 // each test file's top-level subtests; a file that fails outside any subtest counts as one failure.
+// Before that line it lists the slowest test files (tap's `# time=` per file), where CI time goes.
 import { createInterface } from 'node:readline';
 
 let passed = 0;
 let failed = 0;
 let fileFailures = 0;
+const fileTimes = [];
 const rl = createInterface({ input: process.stdin });
 for await (const line of rl) {
   console.log(line);
@@ -17,9 +19,15 @@ for await (const line of rl) {
     continue;
   }
   const file = /^(not )?ok \d+ /.exec(line);
+  const timed = /^(?:not )?ok \d+ - (\S+) # time=([\d.]+)ms/.exec(line);
+  if (timed) fileTimes.push([timed[1], Number(timed[2])]);
   if (file) {
     if (file[1] && fileFailures === 0) failed++;
     fileFailures = 0;
   }
 }
+fileTimes.sort((a, b) => b[1] - a[1]);
+console.log('\nslowest test files:');
+for (const [name, ms] of fileTimes.slice(0, 8))
+  console.log(`  ${(ms / 1000).toFixed(1).padStart(6)} s  ${name}`);
 console.log(`\ntests: ${passed} passed, ${failed} failed`);

@@ -4,6 +4,8 @@
 import t from 'tap';
 import { runChaos } from './chaos/checker.ts';
 
+const TEST_PG_PORT = Number(process.env.TEST_PG_PORT ?? 54339);
+
 // Start-up of the service processes is slow on a busy machine: allow more than the default.
 t.setTimeout(300_000);
 
@@ -15,9 +17,10 @@ t.test('chaos: every committed event, exactly once, in order, whatever happens',
     readers: 50,
     streams: 4,
     replicas: 2,
-    // Away from the test server (54339/54353) and from a checker run by hand (54360/54370).
-    pgPort: 54362,
-    basePort: 54385,
+    // Derived from the run's own port, so concurrent runs on one machine (each with its own
+    // TEST_PG_PORT) never share a cluster or a service port; away from a checker run by hand (54360/54370).
+    pgPort: TEST_PG_PORT + 1000,
+    basePort: TEST_PG_PORT + 1010,
     verbose: process.env.CHAOS_VERBOSE === '1',
   });
   t.comment(result.verdict);

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { sql } from 'kysely';
 import t from 'tap';
 import { CommitfeedClient, CommitfeedError, type StreamEvent } from '../src/client/index.ts';
-import { openSse, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { openSse, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
 /** Collects a subscription's events in the background. */
 function collect<T>(iter: AsyncIterable<StreamEvent<T>>) {
@@ -106,7 +106,7 @@ t.test('subscribe survives a server restart: nothing lost, nothing repeated', as
   t.teardown(() => sub.close());
   const got = collect(sub);
   // Live from the connect point: wait until the primed id arrived.
-  while (sub.lastId === undefined) await sleep(10);
+  await until(() => sub.lastId !== undefined, 10000, 'the primed id');
   const primed = sub.lastId;
   for (let i = 0; i < 3; i++) await cf.publish('r', i);
   await got.waitFor(3);
@@ -115,7 +115,8 @@ t.test('subscribe survives a server restart: nothing lost, nothing repeated', as
   // Committed while no server runs (written straight to the feed, as an outbox write would be).
   const db = sqlClient(t, dbUrl);
   await sql`insert into commitfeed.feed (stream, data) values ('r', '3'), ('r', '4')`.execute(db);
-  await sleep(300); // the client retries against a closed port meanwhile
+  // The drop, then at least one attempt against the closed port, before a server listens again.
+  await until(() => reconnects.length >= 2, 10000, 'a reconnect attempt against the closed port');
   server = await startTestServer(t, dbUrl, { port });
   for (let i = 5; i < 8; i++) await cf.publish('r', i);
 
@@ -125,7 +126,7 @@ t.test('subscribe survives a server restart: nothing lost, nothing repeated', as
     [0, 1, 2, 3, 4, 5, 6, 7],
     'every event once, in order',
   );
-  await sleep(200);
+  await sleep(200); // a duplicate would arrive right behind the last event: give it the chance
   t.equal(got.events.length, 8, 'nothing repeated');
   t.ok(reconnects.length >= 1, `reconnected (${reconnects.length} attempts)`);
   t.equal(reconnects[0], events[2].id, 'resumed after the last event received');
@@ -146,7 +147,7 @@ t.test('subscribe retries a 503 (connection limit) with Retry-After, then resume
   t.teardown(() => sub.close());
   const got = collect(sub);
   await cf.publish('x', 'first');
-  while (errors.length === 0) await sleep(10);
+  await until(() => errors.length > 0, 10000, 'the refused connection to be retried');
   holder.close();
   t.same(
     (await got.waitFor(1)).map((e) => e.data),
@@ -309,7 +310,7 @@ t.test('work(): concurrency, each job acked once, failures nacked, leases extend
     },
     { lease: 1, wait: 1 },
   );
-  while (!started) await sleep(10);
+  await until(() => started, 10000, 'the slow job to start');
   const other = cf.work('slow', async () => {}, { wait: 1 });
   t.teardown(() => Promise.all([slow.stop(), other.stop()]));
   const end = Date.now() + 8000;

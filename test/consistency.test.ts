@@ -4,7 +4,16 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { Batcher } from '../src/commit/batcher.ts';
 import { appendEvents } from '../src/feed/queries.ts';
-import { feedRows, openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import {
+  feedRows,
+  openSse,
+  publish,
+  sleep,
+  sqlClient,
+  startTestServer,
+  testDatabase,
+  until,
+} from './helpers.ts';
 
 const ev = (stream: string, data: unknown) => ({ stream, type: null, key: null, data: JSON.stringify(data) });
 
@@ -29,7 +38,8 @@ t.test('out-of-order commits: a lower id committing last is delivered, in (txid,
   const b = await publish(server.url, 'o', { data: 'B' });
   t.equal(b.status, 201, 'B committed while A is open');
 
-  await sleep(400);
+  // The tailer has read past B's commit and holds it back: the moment a wrong reader would deliver it.
+  await until(() => server.feed.tailer.horizonStallMs > 0, 10000, 'the tailer to see B behind the horizon');
   t.equal(sse.received.length, 0, 'B waits behind the horizon while A is open (never delivered before A)');
   releaseA();
   const aRes = await a;
@@ -97,6 +107,7 @@ t.test('rolled-back events are never delivered and wake nobody', async (t) => {
       throw new Error('roll back');
     })
     .catch(() => {});
+  // Nothing to wait for: a NOTIFY lands within milliseconds of its commit, so this is its chance.
   await sleep(300);
   t.equal(
     server.feed.listener.stats.notifications,

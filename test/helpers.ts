@@ -1,11 +1,16 @@
-/** Shared test plumbing: a database per test file, servers that are always stopped, an SSE reader. */
+/**
+ * Shared test plumbing: a migrated database per test (cloned from the run's template), servers that
+ * are always stopped, an SSE reader, bounded waits on conditions.
+ */
 import { randomBytes } from 'node:crypto';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { parseSse, type SseMessage, textChunks } from '../src/client/sse.ts';
 import { type Config, loadConfig } from '../src/config.ts';
 import type { Database } from '../src/db/database.ts';
+import { migrate } from '../src/db/migrate.ts';
 import { type Server, startServer } from '../src/server.ts';
+import { templateName, withDatabase } from './template-database.ts';
 
 // biome-ignore lint/suspicious/noExplicitAny: tap's Test type is not needed in detail here
 type T = { teardown(fn: () => unknown): void } & Record<string, any>;
@@ -16,26 +21,43 @@ export const adminUrl = (): string => {
   return url;
 };
 
-function withDatabase(url: string, name: string): string {
-  const u = new URL(url);
-  u.pathname = `/${name}`;
-  return u.toString();
+const runId = process.env.TEST_RUN_ID;
+
+async function adminQuery(text: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: adminUrl() });
+  admin.on('error', () => {});
+  await admin.connect();
+  try {
+    await admin.query(text);
+  } finally {
+    await admin.end();
+  }
 }
 
-/** A fresh, empty database on the test server, dropped when the test ends. */
-export async function testDatabase(t: T): Promise<string> {
-  const name = `cf_test_${randomBytes(5).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl() });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  t.teardown(async () => {
-    const c = new pg.Client({ connectionString: adminUrl() });
-    await c.connect();
-    await c.query(`drop database if exists ${name} with (force)`);
-    await c.end();
-  });
+async function newDatabase(t: T, template: string | undefined): Promise<string> {
+  const name = `cf_test_${runId ?? 'x'}_${randomBytes(5).toString('hex')}`;
+  await adminQuery(template ? `create database ${name} template ${template}` : `create database ${name}`);
+  t.teardown(() => adminQuery(`drop database if exists ${name} with (force)`));
   return withDatabase(adminUrl(), name);
+}
+
+/**
+ * A fresh database with the whole schema, dropped when the test ends: a clone of the run's migrated
+ * template (test/run.ts). A file run by tap directly, without `npm test`, migrates its own.
+ */
+export async function testDatabase(t: T): Promise<string> {
+  if (runId) return newDatabase(t, templateName(runId));
+  const url = await newDatabase(t, undefined);
+  const db = new Kysely<unknown>({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }),
+  });
+  await migrate(db).finally(() => db.destroy());
+  return url;
+}
+
+/** A fresh, empty database (no schema), for tests of the migrations themselves. */
+export function emptyDatabase(t: T): Promise<string> {
+  return newDatabase(t, undefined);
 }
 
 /** Starts a server on a random port; stopped at teardown even when the test fails. */
@@ -157,6 +179,23 @@ export async function openSse(t: T, url: string, headers: Record<string, string>
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * Waits until `cond()` holds (checked every 10 ms) and fails loudly, naming `what`, after `ms`.
+ * Use it instead of a fixed sleep before an assertion: it returns as soon as the state is reached
+ * (fast when the machine is idle) and still passes when a busy machine is slow.
+ */
+export async function until(
+  cond: () => boolean | Promise<boolean>,
+  ms = 10000,
+  what = 'condition',
+): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(10);
+  }
+}
 
 /** Rows in the feed, in feed order. */
 export async function feedRows(

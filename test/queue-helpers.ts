@@ -1,6 +1,8 @@
 // Plumbing for the queue tests: HTTP calls for each endpoint, table reads, timing helpers.
 import { sql } from 'kysely';
-import { sleep, type sqlClient } from './helpers.ts';
+import type { sqlClient } from './helpers.ts';
+
+export { until } from './helpers.ts';
 
 export interface Claimed {
   id: string;
@@ -53,17 +55,4 @@ export function timed<T>(p: Promise<T>): Promise<{ value: T; at: number }> & { s
   }) as Promise<{ value: T; at: number }> & { settled: () => boolean };
   q.settled = () => done;
   return q;
-}
-
-/** Waits until `cond()` holds (checked every 20 ms), failing after `ms`. */
-export async function until(
-  cond: () => boolean | Promise<boolean>,
-  ms = 10000,
-  what = 'condition',
-): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
 }

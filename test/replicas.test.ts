@@ -4,10 +4,11 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { parseSse, splitEventId, textChunks } from '../src/client/sse.ts';
-import { publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { emptyDatabase, publish, sleep, sqlClient, startTestServer } from './helpers.ts';
 
 t.test('three replicas: one migration run, and every publish reaches the others', async (t) => {
-  const dbUrl = await testDatabase(t);
+  // Empty, not cloned from the migrated template: the replicas' start-up must do the migrating.
+  const dbUrl = await emptyDatabase(t);
   // No fallback poll within the test: only a NOTIFY can wake the other replicas.
   const opts = { pollIntervalMs: 600_000 };
   const replicas = await Promise.all([0, 1, 2].map(() => startTestServer(t, dbUrl, opts)));

@@ -6,7 +6,7 @@ import t from 'tap';
 import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
 import { RANGE_ONE_SQL, TAIL_SQL } from '../src/feed/queries.ts';
 import { listPartitions, partitionName, readTrimMark } from '../src/retention/partitions.ts';
-import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
 const HOUR = 3_600_000;
 const DAY = 86_400_000;
@@ -104,7 +104,11 @@ t.test(
     const other = await startTestServer(t, dbUrl, retention());
     for (const s of [server, other]) {
       const last = parseCursor(kept[1])!;
-      while (compareCursors(s.feed.tailer.position, last) < 0) await sleep(20);
+      await until(
+        () => compareCursors(s.feed.tailer.position, last) >= 0,
+        10000,
+        'the tailer to reach the last event',
+      );
       const page = await readJson(`${s.url}/v1/streams/s/events?from=earliest`);
       t.same(page.reset, { reason: 'trimmed', resumeFrom: mark }, 'earliest on trimmed history: reset');
       t.same(

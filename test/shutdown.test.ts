@@ -7,7 +7,7 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import { appendEvents } from '../src/feed/queries.ts';
-import { feedRows, sleep, sqlClient, testDatabase } from './helpers.ts';
+import { feedRows, sqlClient, testDatabase, until } from './helpers.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 
@@ -83,15 +83,18 @@ t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0',
     body: JSON.stringify({ data: 'in-flight', key: 'k' }),
   }).then(async (r) => ({ status: r.status, body: (await r.json()) as { id: string; duplicate: boolean } }));
   // Certainly in flight: its statement is waiting for our lock.
-  for (let i = 0; i < 500; i++) {
-    const { rows } = await sql<{ n: number }>`
-      select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and application_name = 'commitfeed' and wait_event_type = 'Lock'`.execute(
-      db,
-    );
-    if (rows[0].n > 0) break;
-    await sleep(10);
-  }
+  await until(
+    async () => {
+      const { rows } = await sql<{ n: number }>`
+        select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and application_name = 'commitfeed' and wait_event_type = 'Lock'`.execute(
+        db,
+      );
+      return rows[0].n > 0;
+    },
+    10000,
+    'the publish to wait on the row lock',
+  );
 
   proc.kill('SIGTERM');
   t.equal(await sseEnded, 'ended', 'the SSE stream was ended by the server, not broken');
