@@ -13,6 +13,7 @@ import { type Database, createDatabase } from './db/database.ts';
 import { type EmbeddedDatabase, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrate } from './db/migrate.ts';
 import { Feed } from './feed/feed.ts';
+import { watchHorizon } from './ops/horizon-watch.ts';
 
 export interface Server {
   app: FastifyInstance;
@@ -47,11 +48,14 @@ export async function startServer(config: Config): Promise<Server> {
   });
   let feed: Feed | undefined;
   let app: FastifyInstance | undefined;
+  let stopHorizonWatch: (() => void) | undefined;
   try {
     const applied = await migrate(db);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
     feed = new Feed({ ...config, db, databaseUrl, ownSessions: sessions, log });
     await feed.start();
+    // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
+    stopHorizonWatch = watchHorizon({ db, feed, log });
     app = await buildApp({ config, db, feed, pool });
     const f = feed;
     // preClose runs before the server stops accepting: SSE streams never end on their own, so end
@@ -67,12 +71,14 @@ export async function startServer(config: Config): Promise<Server> {
       databaseUrl,
       close: () =>
         (closing ??= (async () => {
+          stopHorizonWatch?.();
           await app!.close();
           await db.destroy();
           await embedded?.stop();
         })()),
     };
   } catch (err) {
+    stopHorizonWatch?.();
     await app?.close().catch(() => {});
     await feed?.stop(config.sseRetryMs).catch(() => {});
     await db.destroy().catch(() => {});

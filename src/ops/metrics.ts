@@ -15,7 +15,7 @@ import type pg from 'pg';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
-import { watchHorizon } from './horizon-watch.ts';
+import { horizonBlocker } from './horizon.ts';
 import { type FeedStats, feedStats } from '../retention/partitions.ts';
 
 export interface MetricsDeps {
@@ -24,20 +24,6 @@ export interface MetricsDeps {
   pool?: pg.Pool;
   /** METRICS_REQUIRE_ADMIN: with auth on, a token with `admin: true` is needed (else public). */
   config?: { metricsRequireAdmin: boolean };
-}
-
-/** The oldest open writing transaction (the one holding the horizon back), if any. */
-export async function horizonBlocker(
-  db: Kysely<Database>,
-): Promise<{ pid: number; applicationName: string; ageSeconds: number } | undefined> {
-  const { rows } = await sql<{ pid: number; application_name: string; age: number }>`
-    select pid, application_name, extract(epoch from clock_timestamp() - xact_start)::float8 as age
-    from pg_stat_activity
-    where backend_xid is not null and pid <> pg_backend_pid()
-    order by age(backend_xid) desc
-    limit 1`.execute(db);
-  const r = rows[0];
-  return r ? { pid: r.pid, applicationName: r.application_name, ageSeconds: r.age } : undefined;
 }
 
 export function buildRegistry(deps: MetricsDeps): Registry {
@@ -260,8 +246,6 @@ export function buildRegistry(deps: MetricsDeps): Registry {
 /** Registers `GET /metrics`. */
 export function metricsRoutes(app: FastifyInstance, deps: MetricsDeps): void {
   const registry = buildRegistry(deps);
-  // A stalled horizon is also logged (with the blocking backend), not only exposed here.
-  watchHorizon(app, deps);
   const access = deps.config?.metricsRequireAdmin ? 'admin' : 'public';
   app.get(
     '/metrics',
