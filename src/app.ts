@@ -16,6 +16,7 @@ import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
 import { metricsRoutes } from './ops/metrics.ts';
 import { uiRoutes } from './ops/ui.ts';
+import type { Queues } from './queues/queues.ts';
 import { queueRoutes } from './queues/routes.ts';
 import { streamListRoutes } from './streams/list.ts';
 import { streamRoutes } from './streams/routes.ts';
@@ -25,6 +26,7 @@ export interface AppDeps {
   config: Config;
   db: Kysely<Database>;
   feed: Feed;
+  queues: Queues;
   /** The query pool, for /metrics (optional: its gauges are left out without it). */
   pool?: pg.Pool;
 }

@@ -7,8 +7,8 @@
  * connection held) until the feed shows activity on the queue, until the next delayed job or lease it
  * knows of comes due, or until the wait ends, then tries again with FOR UPDATE SKIP LOCKED.
  *
- * Lifecycle: created by the routes plugin with the app; `close()` (the app's preClose) releases
- * waiting claims (they answer `{"jobs":[]}`) and waits for queued enqueues and acks to be written.
+ * Lifecycle: created by the server beside the Feed (src/server.ts) and handed to the routes and
+ * /metrics; `close()` (at shutdown, before the feed stops) releases waiting claims (they answer `{"jobs":[]}`) and waits for queued enqueues and acks to be written.
  * Failure: a database error fails the requests it touches (503 when the database is unavailable); a
  * waiting claim holds nothing that could leak, and a failed retry/redrive/resume notify costs latency
  * only (claimers re-read the table on their next try).

@@ -3,10 +3,8 @@
  * dead letters and redrive, pause/resume. No SQL here: everything goes through the Queues service.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Kysely } from 'kysely';
 import { admitSse, authorize, authorizeQueueRead, canSeeQueue } from '../auth/access.ts';
 import type { Config } from '../config.ts';
-import type { Database } from '../db/database.ts';
 import { ApiError } from '../http/errors.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
@@ -14,7 +12,7 @@ import { openSse } from '../http/sse.ts';
 import type { ClaimedJob } from './claim.ts';
 import type { LeaseRef, SettleResult } from './settle.ts';
 import { queueStream } from './wake-stream.ts';
-import { Queues } from './queues.ts';
+import type { Queues } from './queues.ts';
 import {
   JOB_ID_PATTERN,
   ackBody,
@@ -79,14 +77,12 @@ async function emptyBodyIsObject(request: FastifyRequest): Promise<void> {
   if (request.body === undefined || request.body === null) request.body = {};
 }
 
+/** Registers the queue routes on `app`; `queues` is built and closed by the server. */
 export function queueRoutes(
   app: FastifyInstance,
-  deps: { db: Kysely<Database>; feed: Feed; config: Config },
-): Queues {
-  const { config } = deps;
-  const queues = new Queues({ db: deps.db, feed: deps.feed, batchMaxJobs: config.batchMaxEvents });
-  // Before the feed stops: waiting claims answer, queued enqueues and acks are written.
-  app.addHook('preClose', () => queues.close());
+  deps: { feed: Feed; queues: Queues; config: Config },
+): void {
+  const { config, queues } = deps;
 
   app.post<{ Params: { queue: string }; Body: JobBody | JobBody[] }>(
     '/v1/queues/:queue/jobs',
@@ -369,5 +365,4 @@ export function queueRoutes(
       },
     );
   }
-  return queues;
 }
