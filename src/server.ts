@@ -12,7 +12,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import pino from 'pino';
 import { buildApp } from './app.ts';
-import { resolveAuthMode } from './auth/access.ts';
+import { resolveAuthMode } from './auth/mode.ts';
 import type { Config } from './config.ts';
 import { type Database, createDatabase } from './db/database.ts';
 import { type EmbeddedDatabase, startEmbeddedPostgres } from './db/embedded.ts';
@@ -32,7 +32,7 @@ export interface Server {
 }
 
 export async function startServer(config: Config): Promise<Server> {
-  // An unsafe access-control setting fails before anything starts (see src/auth/access.ts).
+  // An unsafe access-control setting fails before anything starts (see src/auth/mode.ts).
   resolveAuthMode(config);
   const log = pino({ level: config.logLevel === 'silent' ? 'silent' : config.logLevel });
   let embedded: EmbeddedDatabase | undefined;

@@ -3,7 +3,8 @@
  * dead letters and redrive, pause/resume. No SQL here: everything goes through the Queues service.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { admitSse, authorize, authorizeQueueRead, canSeeQueue } from '../auth/access.ts';
+import { authorize, authorizeQueueRead, canSeeQueue } from '../auth/policy.ts';
+import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
 import { ApiError } from '../http/errors.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';

@@ -3,7 +3,8 @@
  * writes go through the batcher, reads through the tailer and hub.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { admitSse, authorize } from '../auth/access.ts';
+import { authorize } from '../auth/policy.ts';
+import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
 import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
 import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
