@@ -7,6 +7,7 @@ import { authorize, authorizeQueueRead, canSeeQueue } from '../auth/policy.ts';
 import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
 import { ApiError } from '../http/errors.ts';
+import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import { openSse } from '../http/sse.ts';
@@ -85,30 +86,22 @@ export function queueRoutes(
 ): void {
   const { config, queues } = deps;
 
-  app.post<{ Params: { queue: string }; Body: JobBody | JobBody[] }>(
-    '/v1/queues/:queue/jobs',
-    {
-      schema: {
-        tags: QUEUE_TAGS,
-        summary: 'Enqueue one job or a batch',
-        params: queueParams,
-        body: enqueueBody,
-        response: enqueueResponse,
-      },
+  oneOrBatchRoute(app, {
+    url: '/v1/queues/:queue/jobs',
+    param: 'queue',
+    action: 'enqueue',
+    schema: {
+      tags: QUEUE_TAGS,
+      summary: 'Enqueue one job or a batch',
+      params: queueParams,
+      body: enqueueBody,
+      response: enqueueResponse,
     },
-    async (request, reply) => {
-      const { queue } = request.params;
-      authorize(request, 'enqueue', queue);
-      const body = request.body;
-      if (Array.isArray(body)) {
-        const inputs = body.map((j, i) => toJobInput(queue, j, config.maxEventBytes, `jobs[${i}]`));
-        const results = await queues.enqueue(inputs);
-        return reply.code(201).send({ jobs: results.map((r) => ({ id: r.id, duplicate: r.duplicate })) });
-      }
-      const [r] = await queues.enqueue([toJobInput(queue, body, config.maxEventBytes)]);
-      return reply.code(r.duplicate ? 200 : 201).send({ id: r.id, duplicate: r.duplicate });
-    },
-  );
+    list: 'jobs',
+    check: (queue, job: JobBody, where) => toJobInput(queue, job, config.maxEventBytes, where),
+    write: (inputs) => queues.enqueue(inputs),
+    show: (r) => ({ id: r.id, duplicate: r.duplicate }),
+  });
 
   app.post<{ Params: { queue: string }; Body: { max: number; lease: number; wait: number } }>(
     '/v1/queues/:queue/claim',
