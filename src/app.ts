@@ -6,7 +6,8 @@ import sensible from '@fastify/sensible';
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
-import { redactedRequest, registerAccess } from './auth/access.ts';
+import { registerAccess } from './auth/access.ts';
+import { redactedRequest } from './auth/redact.ts';
 import type { Config } from './config.ts';
 import type { Database } from './db/database.ts';
 import { installErrorHandlers } from './http/errors.ts';
@@ -17,6 +18,7 @@ import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
 import { metricsRoutes } from './ops/metrics.ts';
 import { uiRoutes } from './ops/ui.ts';
+import type { Queues } from './queues/queues.ts';
 import { queueRoutes } from './queues/routes.ts';
 import { streamListRoutes } from './streams/list.ts';
 import { streamRoutes } from './streams/routes.ts';
@@ -26,6 +28,7 @@ export interface AppDeps {
   config: Config;
   db: Kysely<Database>;
   feed: Feed;
+  queues: Queues;
   /** The query pool, for /metrics (optional: its gauges are left out without it). */
   pool?: pg.Pool;
 }

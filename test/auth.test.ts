@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { SignJWT, exportJWK } from 'jose';
 import t from 'tap';
-import { resolveAuthMode } from '../src/auth/access.ts';
+import { resolveAuthMode } from '../src/auth/mode.ts';
 import { matcher, mintToken } from '../src/auth/tokens.ts';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import { loadConfig } from '../src/config.ts';

@@ -1,8 +1,10 @@
-// /metrics: Prometheus text with the feed's counters, pool state, and a stalled horizon made visible.
+// /metrics: Prometheus text with the feed's counters, pool state, queue depth and activity, and a
+// stalled horizon made visible.
 import { sql } from 'kysely';
 import t from 'tap';
 import { appendEvents } from '../src/feed/queries.ts';
 import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { type Claimed, ack, claim, enqueue, nack, timed, until } from './queue-helpers.ts';
 
 /** The value of one sample line (`name{labels} value`), or undefined when absent. */
 function sample(text: string, name: string, labels = ''): number | undefined {
@@ -98,4 +100,138 @@ t.test('a writing transaction held open shows as a horizon stall naming its back
     await sleep(20);
   }
   t.equal(sample(text, 'commitfeed_horizon_stall_seconds'), 0, 'stall cleared');
+});
+
+t.test('queue metrics: depth by state from the tables, activity counted exactly', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  const base = server.url;
+  const q = 'mq';
+  const jobs = (text: string, state: string) =>
+    sample(text, 'commitfeed_queue_jobs', `{queue="${q}",state="${state}"}`);
+  const count = (text: string, name: string, labels = `{queue="${q}"}`) => sample(text, name, labels);
+
+  let text = await scrape(base);
+  t.equal(sample(text, 'commitfeed_queues'), 0, 'no queues yet');
+  t.equal(sample(text, 'commitfeed_queue_claim_wait_seconds_count'), 0, 'no claim waits yet');
+
+  // a: acked; b: nacked on its last attempt (dead); c: lease expires on its last attempt (dead);
+  // d: lease expires (ready again), then nacked into a retry; e: delayed; k: enqueued twice by key.
+  const batch = await enqueue(base, q, [
+    { payload: 'a', priority: -4 },
+    { payload: 'b', priority: -3, maxAttempts: 1 },
+    { payload: 'c', priority: -2, maxAttempts: 1 },
+    { payload: 'd', priority: -1, maxAttempts: 3 },
+    { payload: 'e', delay: 3600 },
+  ]);
+  t.equal(batch.status, 201);
+  t.equal((await enqueue(base, q, { payload: 'k', key: 'k', priority: 5 })).status, 201);
+  t.equal((await enqueue(base, q, { payload: 'k', key: 'k', priority: 5 })).status, 200, 'duplicate');
+
+  text = await scrape(base);
+  t.equal(sample(text, 'commitfeed_queues'), 1);
+  t.equal(count(text, 'commitfeed_queue_jobs_enqueued_total'), 6, 'the duplicate is not counted');
+  t.equal(jobs(text, 'ready'), 5);
+  t.equal(jobs(text, 'delayed'), 1);
+  t.equal(jobs(text, 'leased'), 0);
+  t.equal(jobs(text, 'dead'), 0);
+  t.ok((count(text, 'commitfeed_queue_oldest_ready_age_seconds') ?? -1) >= 0, 'oldest ready age');
+
+  const byPayload = new Map<unknown, Claimed>();
+  for (const j of await claim(base, q, { max: 2, lease: 30 })) byPayload.set(j.payload, j);
+  for (const j of await claim(base, q, { max: 2, lease: 0.2 })) byPayload.set(j.payload, j);
+  t.same([...byPayload.keys()], ['a', 'b', 'c', 'd'], 'claimed in priority order');
+  text = await scrape(base);
+  t.equal(count(text, 'commitfeed_queue_jobs_claimed_total'), 4);
+  t.equal(jobs(text, 'leased'), 4);
+  t.equal(jobs(text, 'ready'), 1);
+
+  const a = byPayload.get('a')!;
+  const b = byPayload.get('b')!;
+  t.equal((await ack(base, q, b.id, a.lease)).status, 409, 'a wrong lease');
+  t.equal((await ack(base, q, a.id, a.lease)).status, 204);
+  const nb = await nack(base, q, b.id, { lease: b.lease, error: 'no' });
+  t.equal(nb.body.state, 'dead');
+  text = await scrape(base);
+  t.equal(count(text, 'commitfeed_queue_acks_total'), 1, 'the refused ack is not counted');
+  t.equal(count(text, 'commitfeed_queue_nacks_total', `{queue="${q}",outcome="dead"}`), 1);
+  t.equal(count(text, 'commitfeed_queue_nacks_total', `{queue="${q}",outcome="retry"}`), 0);
+  t.equal(count(text, 'commitfeed_queue_dead_letters_total'), 1);
+  t.equal(count(text, 'commitfeed_queue_lease_expiries_total'), 0);
+  t.equal(jobs(text, 'dead'), 1);
+
+  // c and d's leases run out; the next claim releases both (c dead, d ready) in the statement that
+  // takes k (d is claimable from the next statement on).
+  await sleep(300);
+  const [k, ...none] = await claim(base, q, { max: 1, lease: 30 });
+  t.same(none, []);
+  t.equal(k.payload, 'k');
+  t.equal((await ack(base, q, k.id, k.lease)).status, 204);
+  const [d] = await claim(base, q, { max: 1, lease: 30 });
+  t.equal(d.payload, 'd', 'the released job is claimable again');
+  t.equal(d.attempt, 2);
+  const nd = await nack(base, q, d.id, { lease: d.lease, delay: 3600 });
+  t.equal(nd.body.state, 'ready');
+  t.same(await claim(base, q, { wait: 0 }), [], 'nothing left to claim');
+
+  text = await scrape(base);
+  t.equal(count(text, 'commitfeed_queue_jobs_enqueued_total'), 6);
+  t.equal(count(text, 'commitfeed_queue_jobs_claimed_total'), 6);
+  t.equal(count(text, 'commitfeed_queue_acks_total'), 2);
+  t.equal(count(text, 'commitfeed_queue_nacks_total', `{queue="${q}",outcome="retry"}`), 1);
+  t.equal(count(text, 'commitfeed_queue_nacks_total', `{queue="${q}",outcome="dead"}`), 1);
+  t.equal(count(text, 'commitfeed_queue_lease_expiries_total'), 2, 'c and d');
+  t.equal(count(text, 'commitfeed_queue_dead_letters_total'), 2, 'b by nack, c by lease expiry');
+  t.equal(sample(text, 'commitfeed_queue_claims_empty_total'), 1);
+  t.equal(jobs(text, 'ready'), 0);
+  t.equal(jobs(text, 'delayed'), 2, 'e and the retried d');
+  t.equal(jobs(text, 'leased'), 0);
+  t.equal(jobs(text, 'dead'), 2);
+  t.equal(count(text, 'commitfeed_queue_oldest_ready_age_seconds'), 0, 'nothing ready');
+  t.equal(sample(text, 'commitfeed_queue_claim_wait_seconds_count'), 4, 'four claims returned jobs');
+
+  // A long-poll claim: counted as waiting, then its wait lands in the histogram.
+  const waiting = timed(claim(base, 'lp', { wait: 10 }));
+  await until(
+    async () => sample(await scrape(base), 'commitfeed_queue_claims_waiting') === 1,
+    10000,
+    'the claim to wait',
+  );
+  await sleep(200);
+  const enqueuedAt = Date.now();
+  t.equal((await enqueue(base, 'lp', { payload: 1 })).status, 201);
+  const got = await waiting;
+  t.equal(got.value.length, 1, 'woken by the enqueue');
+  text = await scrape(base);
+  t.equal(sample(text, 'commitfeed_queue_claims_waiting'), 0);
+  t.equal(sample(text, 'commitfeed_queue_claim_wait_seconds_count'), 5);
+  t.equal(sample(text, 'commitfeed_queue_claim_wait_seconds_bucket', '{le="+Inf"}'), 5);
+  t.equal(sample(text, 'commitfeed_queue_claim_wait_seconds_bucket', '{le="60"}'), 5);
+  t.ok(
+    (sample(text, 'commitfeed_queue_claim_wait_seconds_bucket', '{le="0.1"}') ?? 99) <= 4,
+    'the long-poll waited past 0.1 s',
+  );
+  t.ok((sample(text, 'commitfeed_queue_claim_wait_seconds_sum') ?? 0) >= 0.2, 'its wait is in the sum');
+  t.ok(got.at >= enqueuedAt, 'answered after the enqueue');
+  t.equal(sample(text, 'commitfeed_queue_jobs_claimed_total', '{queue="lp"}'), 1);
+  t.equal(sample(text, 'commitfeed_queues'), 2);
+});
+
+t.test('a failing queue depth read leaves the scrape up', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl);
+  const db = sqlClient(t, dbUrl);
+  t.equal((await enqueue(server.url, 'f', { payload: 1 })).status, 201);
+  let text = await scrape(server.url);
+  t.equal(sample(text, 'commitfeed_queue_jobs', '{queue="f",state="ready"}'), 1);
+  await sql`alter table commitfeed.jobs rename to jobs_away`.execute(db);
+  t.teardown(() =>
+    sql`alter table if exists commitfeed.jobs_away rename to jobs`.execute(db).catch(() => {}),
+  );
+  text = await scrape(server.url);
+  t.equal(sample(text, 'commitfeed_queues'), -1, 'the failed read is visible');
+  t.equal(sample(text, 'commitfeed_queue_jobs', '{queue="f",state="ready"}'), undefined, 'no stale depth');
+  t.equal(sample(text, 'commitfeed_publishes_total'), 0, 'the other metrics are still there');
+  await sql`alter table commitfeed.jobs_away rename to jobs`.execute(db);
+  text = await scrape(server.url);
+  t.equal(sample(text, 'commitfeed_queues'), 1, 'back once the read works');
 });

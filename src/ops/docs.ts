@@ -6,7 +6,7 @@
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance, FastifySchema } from 'fastify';
-import { securitySchemes } from '../auth/access.ts';
+import { securitySchemes } from '../auth/token-source.ts';
 import { errorSchema } from '../http/errors.ts';
 
 export async function registerDocs(app: FastifyInstance): Promise<void> {

@@ -6,27 +6,33 @@
  * transaction age, from pg_stat_activity), then one more every `warnAfterMs` while it lasts, and an
  * info line when delivery resumes.
  *
- * Lifecycle: a 1 s unref'd interval, started with the app and stopped in its onClose. It queries the
- * database only while a stall is past the threshold; a failed query is logged without a blocker.
+ * Lifecycle: started by the server once the feed runs, stopped by its close(); a 1 s unref'd
+ * interval in between. It queries the database only while a stall is past the threshold; a failed
+ * query is logged without a blocker.
  */
-import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
-import { horizonBlocker } from './metrics.ts';
+import { horizonBlocker } from './horizon.ts';
 
+export interface HorizonWatchLog {
+  warn(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+}
+
+/** Starts the watcher; call the returned function to stop it. */
 export function watchHorizon(
-  app: FastifyInstance,
-  deps: { db: Kysely<Database>; feed: Feed },
+  deps: { db: Kysely<Database>; feed: Feed; log: HorizonWatchLog },
   warnAfterMs = 5000,
-): void {
+): () => void {
+  const { log } = deps;
   let nextWarnAt = warnAfterMs;
   let warned = false;
   let checking = false;
   const timer = setInterval(() => {
     const stall = deps.feed.tailer.horizonStallMs;
     if (stall === 0) {
-      if (warned) app.log.info({}, 'horizon stall over: delivery resumed');
+      if (warned) log.info({}, 'horizon stall over: delivery resumed');
       warned = false;
       nextWarnAt = warnAfterMs;
       return;
@@ -38,7 +44,7 @@ export function watchHorizon(
       .catch(() => undefined)
       .then((b) => {
         warned = true;
-        app.log.warn(
+        log.warn(
           {
             stalledMs: stall,
             blocker: b && {
@@ -56,5 +62,5 @@ export function watchHorizon(
       });
   }, 1000);
   timer.unref();
-  app.addHook('onClose', async () => clearInterval(timer));
+  return () => clearInterval(timer);
 }

@@ -1,48 +1,103 @@
 /**
  * `GET /metrics` in the Prometheus text format (prom-client). Nothing here runs on the hot path: the
- * feed's modules already keep plain counters (`stats` on the batcher, tailer, listener and hub), and
- * every metric is read from them at scrape time. Each app has its own registry, so several servers
- * in one process (tests) do not collide.
+ * feed's modules already keep plain counters (`stats` on the batcher, tailer, listener and hub; the
+ * queues' `counters`), and every metric is read from them at scrape time. Each app has its own
+ * registry, so several servers in one process (tests) do not collide.
  *
- * Two values cost a query per scrape, both cheap: feed lag (age of the oldest row past the tailer's
- * position, one primary-key probe) and, only while the horizon is stalled, the backend holding it
- * (pid, application_name, transaction age from pg_stat_activity). A failed query leaves those gauges
- * at -1 rather than failing the scrape.
+ * A few values cost a query per scrape, each cheap and shared by the gauges that need it: feed lag
+ * (age of the oldest row past the tailer's position, one primary-key probe); retention (catalog
+ * sizes, one index probe); queue depth by state and oldest ready age (one grouped read of the jobs
+ * table, which holds only unfinished and dead jobs); and, only while the horizon is stalled, the
+ * backend holding it (pid, application_name, transaction age from pg_stat_activity). A failed query
+ * leaves its gauges at -1 (or without samples, for labelled ones) rather than failing the scrape.
  */
 import type { FastifyInstance } from 'fastify';
 import { type Kysely, sql } from 'kysely';
 import type pg from 'pg';
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, type MetricType, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
-import { watchHorizon } from './horizon-watch.ts';
+import { type QueueStats, queueStats } from '../queues/admin.ts';
+import type { QueueCounts, WaitTimes } from '../queues/counters.ts';
+import type { Queues } from '../queues/queues.ts';
 import { type FeedStats, feedStats } from '../retention/partitions.ts';
+import { horizonBlocker } from './horizon.ts';
 
 export interface MetricsDeps {
   db: Kysely<Database>;
   feed: Feed;
+  queues: Queues;
   pool?: pg.Pool;
   /** METRICS_REQUIRE_ADMIN: with auth on, a token with `admin: true` is needed (else public). */
   config?: { metricsRequireAdmin: boolean };
 }
 
-/** The oldest open writing transaction (the one holding the horizon back), if any. */
-export async function horizonBlocker(
-  db: Kysely<Database>,
-): Promise<{ pid: number; applicationName: string; ageSeconds: number } | undefined> {
-  const { rows } = await sql<{ pid: number; application_name: string; age: number }>`
-    select pid, application_name, extract(epoch from clock_timestamp() - xact_start)::float8 as age
-    from pg_stat_activity
-    where backend_xid is not null and pid <> pg_backend_pid()
-    order by age(backend_xid) desc
-    limit 1`.execute(db);
-  const r = rows[0];
-  return r ? { pid: r.pid, applicationName: r.application_name, ageSeconds: r.age } : undefined;
+/**
+ * One database read per scrape, shared by the gauges that need it: the first gauge to ask in a scrape
+ * starts it, the others get the same answer; undefined when the read failed.
+ */
+class PerScrape {
+  private generation = 0;
+
+  /** Called as a scrape begins: later reads are fresh. */
+  next(): void {
+    this.generation++;
+  }
+
+  read<T>(fetch: () => Promise<T>): () => Promise<T | undefined> {
+    let at = -1;
+    let p: Promise<T | undefined> = Promise.resolve(undefined);
+    return () => {
+      if (at !== this.generation) {
+        at = this.generation;
+        p = fetch().catch(() => undefined);
+      }
+      return p;
+    };
+  }
 }
 
-export function buildRegistry(deps: MetricsDeps): Registry {
-  const { feed, db, pool } = deps;
+/** A histogram whose buckets are copied from a module's own WaitTimes at scrape time. */
+class MirroredHistogram extends Histogram {
+  constructor(
+    private readonly config: { name: string; help: string; registers: Registry[] },
+    private readonly read: () => WaitTimes,
+  ) {
+    super({ ...config, buckets: [...read().bounds] });
+  }
+
+  // The registry formats a histogram from this method when it has one (prom-client's do), else get().
+  async getForPromString() {
+    return this.get();
+  }
+
+  override async get() {
+    const { name, help } = this.config;
+    const w = this.read();
+    const cumulative = w.cumulative();
+    const bucket = `${name}_bucket`;
+    return {
+      name,
+      help,
+      // prom-client's runtime type tags are strings; its typings declare a numeric enum.
+      type: 'histogram' as unknown as MetricType,
+      aggregator: 'sum' as const,
+      collect: () => {},
+      values: [
+        ...w.bounds.map((le, i) => ({ labels: { le }, value: cumulative[i], metricName: bucket })),
+        { labels: { le: '+Inf' }, value: w.count, metricName: bucket },
+        { labels: {}, value: w.sum, metricName: `${name}_sum` },
+        { labels: {}, value: w.count, metricName: `${name}_count` },
+      ],
+    };
+  }
+}
+
+/** The registry with every metric, and `scrape()`, which renders it with fresh shared reads. */
+export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape(): Promise<string> } {
+  const { feed, queues, db, pool } = deps;
   const registry = new Registry();
+  const perScrape = new PerScrape();
   collectDefaultMetrics({ register: registry, prefix: 'commitfeed_' });
 
   // A counter whose value is copied from a module's own counter at scrape time.
@@ -165,17 +220,9 @@ export function buildRegistry(deps: MetricsDeps): Registry {
     },
   );
 
-  // Retention (issue #7): one feedStats read per scrape (catalog sizes, one index probe), shared by
-  // the gauges below; -1 when the database cannot be read.
-  let statsAt = 0;
-  let statsP: Promise<FeedStats | undefined> = Promise.resolve(undefined);
-  const retention = () => {
-    if (Date.now() - statsAt > 1000) {
-      statsAt = Date.now();
-      statsP = feedStats(db).catch(() => undefined);
-    }
-    return statsP;
-  };
+  // Retention: one feedStats read per scrape (catalog sizes, one index probe), shared by the gauges
+  // below; -1 when the database cannot be read.
+  const retention: () => Promise<FeedStats | undefined> = perScrape.read(() => feedStats(db));
   gauge(
     'commitfeed_feed_bytes',
     'Bytes on disk of the feed (every partition, indexes included)',
@@ -217,6 +264,104 @@ export function buildRegistry(deps: MetricsDeps): Registry {
     () => feed.janitor.stats.skipped,
   );
 
+  // Queues: depth from the tables (every instance sees the same), activity from this process's
+  // counters. One queueStats read per scrape serves the depth gauges.
+  const depth: () => Promise<QueueStats[] | undefined> = perScrape.read(() => queueStats(db, null));
+  gauge('commitfeed_queues', 'Queues in the database (-1 if the database cannot be read)', async () => {
+    const all = await depth();
+    return all ? all.length : -1;
+  });
+  const jobsGauge = new Gauge({
+    name: 'commitfeed_queue_jobs',
+    help: 'Jobs by queue and state: ready (claimable now), delayed (waiting for their run time), leased (held by a live lease), dead (dead-lettered)',
+    labelNames: ['queue', 'state'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const q of (await depth()) ?? []) {
+        this.set({ queue: q.name, state: 'ready' }, q.ready);
+        this.set({ queue: q.name, state: 'delayed' }, q.delayed);
+        this.set({ queue: q.name, state: 'leased' }, q.leased);
+        this.set({ queue: q.name, state: 'dead' }, q.dead);
+      }
+    },
+  });
+  void jobsGauge;
+  const oldestGauge = new Gauge({
+    name: 'commitfeed_queue_oldest_ready_age_seconds',
+    help: 'Seconds the oldest claimable job of each queue has waited (0 when none)',
+    labelNames: ['queue'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const q of (await depth()) ?? []) this.set({ queue: q.name }, q.oldestReadyAgeSeconds);
+    },
+  });
+  void oldestGauge;
+
+  const counts = queues.counters;
+  // A per-queue counter copied from the queues' own counts at scrape time.
+  const byQueue = (name: string, help: string, read: (c: QueueCounts) => number) =>
+    new Counter({
+      name,
+      help,
+      labelNames: ['queue'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [queue, c] of counts.byQueue) this.inc({ queue }, read(c));
+      },
+    });
+  byQueue(
+    'commitfeed_queue_jobs_enqueued_total',
+    'Jobs enqueued through this process (a duplicate of an existing key not counted)',
+    (c) => c.enqueued,
+  );
+  byQueue('commitfeed_queue_jobs_claimed_total', 'Jobs handed out by claims', (c) => c.claimed);
+  byQueue('commitfeed_queue_acks_total', 'Jobs completed by an ack holding their live lease', (c) => c.acked);
+  const nacks = new Counter({
+    name: 'commitfeed_queue_nacks_total',
+    help: 'Nacked jobs by outcome: retry (scheduled again after a backoff) or dead (attempts used up)',
+    labelNames: ['queue', 'outcome'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [queue, c] of counts.byQueue) {
+        this.inc({ queue, outcome: 'retry' }, c.nackedRetry);
+        this.inc({ queue, outcome: 'dead' }, c.nackedDead);
+      }
+    },
+  });
+  void nacks;
+  byQueue(
+    'commitfeed_queue_lease_expiries_total',
+    "Leases found expired and released by this process's claims (the worker vanished or overran its lease)",
+    (c) => c.leasesExpired,
+  );
+  byQueue(
+    'commitfeed_queue_dead_letters_total',
+    'Jobs dead-lettered: by a nack on the last attempt, or by a lease expiring on it',
+    (c) => c.deadLettered,
+  );
+  mirror(
+    'commitfeed_queue_claims_empty_total',
+    'Claims that answered without jobs (the wait ran out, the client left, or shutdown)',
+    () => counts.emptyClaims,
+  );
+  gauge(
+    'commitfeed_queue_claims_waiting',
+    'Long-poll claims waiting in this process',
+    () => queues.wakeups.size,
+  );
+  new MirroredHistogram(
+    {
+      name: 'commitfeed_queue_claim_wait_seconds',
+      help: 'Time from a claim request to its answer, for claims that returned jobs (long-polls included)',
+      registers: [registry],
+    },
+    () => counts.claimWait,
+  );
+
   const hub = feed.hub;
   gauge('commitfeed_sse_connections', 'Open SSE subscriptions in this process', () => hub.subscriberCount);
   mirror(
@@ -254,21 +399,25 @@ export function buildRegistry(deps: MetricsDeps): Registry {
     });
     void poolGauge;
   }
-  return registry;
+  return {
+    registry,
+    scrape() {
+      perScrape.next();
+      return registry.metrics();
+    },
+  };
 }
 
 /** Registers `GET /metrics`. */
 export function metricsRoutes(app: FastifyInstance, deps: MetricsDeps): void {
-  const registry = buildRegistry(deps);
-  // A stalled horizon is also logged (with the blocking backend), not only exposed here.
-  watchHorizon(app, deps);
+  const { registry, scrape } = buildRegistry(deps);
   const access = deps.config?.metricsRequireAdmin ? 'admin' : 'public';
   app.get(
     '/metrics',
     { schema: { summary: 'Prometheus metrics' }, config: { access } },
     async (_req, reply) => {
       reply.type(registry.contentType);
-      return registry.metrics();
+      return scrape();
     },
   );
 }

@@ -24,16 +24,11 @@ export interface QueueStats {
 
 /** Counts by state for one queue (undefined when it does not exist) or for every queue. */
 export async function queueStats(db: Db, queue: string | null): Promise<QueueStats[]> {
-  const { rows } = await sql<{
-    name: string;
-    paused: boolean;
-    ready: number;
-    delayed: number;
-    leased: number;
-    dead: number;
-    completed: string;
-    oldest: number | null;
-  }>`
+  // As returned: `completed` is int8 (text, to keep precision past 2^53 until converted), `oldest` null
+  // when nothing is ready.
+  const { rows } = await sql<
+    Omit<QueueStats, 'completed' | 'oldestReadyAgeSeconds'> & { completed: string; oldest: number | null }
+  >`
     select q.name, q.paused, q.completed::text as completed,
            count(*) filter (where (j.state = 'ready' and j.run_at <= now())
                                or (j.state = 'leased' and j.lease_expires_at <= now()))::int4 as ready,
@@ -46,15 +41,10 @@ export async function queueStats(db: Db, queue: string | null): Promise<QueueSta
     where ${queue}::text is null or q.name = ${queue}
     group by q.name, q.paused, q.completed
     order by q.name`.execute(db);
-  return rows.map((r) => ({
-    name: r.name,
-    paused: r.paused,
-    ready: r.ready,
-    delayed: r.delayed,
-    leased: r.leased,
-    dead: r.dead,
-    completed: Number(r.completed),
-    oldestReadyAgeSeconds: Math.max(0, r.oldest ?? 0),
+  return rows.map(({ completed, oldest, ...counts }) => ({
+    ...counts,
+    completed: Number(completed),
+    oldestReadyAgeSeconds: Math.max(0, oldest ?? 0),
   }));
 }
 

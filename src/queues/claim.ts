@@ -21,6 +21,8 @@ export interface ClaimResult {
   /** Expired leases this statement released (made ready, or dead when out of attempts). Their jobs
    * were not claimable by this statement's snapshot: claim again to take them. */
   reaped: number;
+  /** Of those, the ones dead-lettered (their lease expired on the last attempt). */
+  reapedDead: number;
 }
 
 /**
@@ -45,6 +47,7 @@ export async function claimJobs(
     lease: string;
     expires_ms: number;
     reaped: number;
+    reaped_dead: number;
   }>`
     with reaped as (
       update commitfeed.jobs j
@@ -55,7 +58,7 @@ export async function claimJobs(
       where j.id in (select x.id from commitfeed.jobs x
                      where x.queue = ${queue} and x.state = 'leased' and x.lease_expires_at <= clock_timestamp()
                      for update skip locked)
-      returning 1
+      returning j.state
     ), picked as (
       select x.id from commitfeed.jobs x
       where x.queue = ${queue} and x.state = 'ready' and x.run_at <= clock_timestamp()
@@ -72,11 +75,13 @@ export async function claimJobs(
     )
     select c.id::text as id, c.payload::text as payload, c.attempt, c.max_attempts, c.lease::text as lease,
            extract(epoch from c.lease_expires_at)::float8 * 1000 as expires_ms,
-           (select count(*) from reaped)::int4 as reaped
+           (select count(*) from reaped)::int4 as reaped,
+           (select count(*) from reaped where reaped.state = 'dead')::int4 as reaped_dead
     from (select 1) one left join claimed c on true
     order by c.priority, c.run_at, c.id`.execute(db);
   return {
     reaped: rows[0].reaped,
+    reapedDead: rows[0].reaped_dead,
     jobs:
       rows[0].id === null
         ? []

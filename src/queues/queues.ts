@@ -7,8 +7,11 @@
  * connection held) until the feed shows activity on the queue, until the next delayed job or lease it
  * knows of comes due, or until the wait ends, then tries again with FOR UPDATE SKIP LOCKED.
  *
- * Lifecycle: created by the routes plugin with the app; `close()` (the app's preClose) releases
- * waiting claims (they answer `{"jobs":[]}`) and waits for queued enqueues and acks to be written.
+ * Lifecycle: created by the server beside the Feed (src/server.ts) and handed to the routes and
+ * /metrics; `close()` (at shutdown, before the feed stops) releases waiting claims (they answer `{"jobs":[]}`) and waits for queued enqueues and acks to be written.
+ * Counts of what it did (`counters`, plain fields read by /metrics at scrape time) are kept as it
+ * goes: enqueued, claimed, acked, nacked, leases expired, dead-lettered, claim waits.
+ *
  * Failure: a database error fails the requests it touches (503 when the database is unavailable); a
  * waiting claim holds nothing that could leak, and a failed retry/redrive/resume notify costs latency
  * only (claimers re-read the table on their next try).
@@ -20,6 +23,7 @@ import { Batcher } from '../commit/batcher.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type DeadJob, type QueueStats, listDead, queueStats, retryDead, setPaused } from './admin.ts';
 import { type ClaimedJob, claimJobs, nextDue } from './claim.ts';
+import { QueueCounters } from './counters.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from './enqueue.ts';
 import {
   type ExtendResult,
@@ -54,6 +58,7 @@ export class Queues {
   readonly enqueuer: Batcher<JobInput, EnqueueResult>;
   readonly acker: Batcher<LeaseRef, SettleResult>;
   readonly wakeups: Wakeups;
+  readonly counters = new QueueCounters();
   private readonly db: Kysely<Database>;
   private readonly feed: Feed;
 
@@ -71,27 +76,38 @@ export class Queues {
   }
 
   /** Enqueues one request's jobs (all-or-nothing), grouped with concurrent enqueues. */
-  enqueue(jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
-    return this.enqueuer.publish(jobs);
+  async enqueue(jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
+    const results = await this.enqueuer.publish(jobs);
+    for (let i = 0; i < jobs.length; i++)
+      if (!results[i].duplicate) this.counters.of(jobs[i].queue).enqueued++;
+    return results;
   }
 
   /** Claims jobs, waiting up to `waitSeconds` for some to become available. */
   async claim(queue: string, opts: ClaimOptions, signal: AbortSignal): Promise<ClaimedJob[]> {
+    const started = performance.now();
     const deadline = Date.now() + opts.waitSeconds * 1000;
     const streams = [queueStream(queue)];
     const streamSet = new Set(streams);
     let retryMs = RETRY_MIN_MS;
     for (;;) {
       const before = this.feed.tailer.position;
-      const { jobs, reaped } = await claimJobs(this.db, queue, opts.max, opts.leaseSeconds);
+      const { jobs, reaped, reapedDead } = await claimJobs(this.db, queue, opts.max, opts.leaseSeconds);
+      if (reaped > 0) {
+        const c = this.counters.of(queue);
+        c.leasesExpired += reaped;
+        c.deadLettered += reapedDead;
+      }
       if (jobs.length > 0) {
+        this.counters.of(queue).claimed += jobs.length;
+        this.counters.claimWait.observe((performance.now() - started) / 1000);
         // Waiting claimers learn when these leases could run out (a crashed worker).
         this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
         return jobs;
       }
       // Released expired leases are claimable by the next statement.
       if (reaped > 0) continue;
-      if (Date.now() >= deadline || signal.aborted || this.wakeups.closed) return [];
+      if (Date.now() >= deadline || signal.aborted || this.wakeups.closed) return this.empty();
       const due = await nextDue(this.db, queue);
       // An enqueue that committed after `before` may have been missed by the claim's snapshot and
       // already passed the hub: look for its feed row before sleeping.
@@ -109,8 +125,13 @@ export class Queues {
         }
       }
       await this.wakeups.wait(queue, until, signal);
-      if (signal.aborted || this.wakeups.closed) return [];
+      if (signal.aborted || this.wakeups.closed) return this.empty();
     }
+  }
+
+  private empty(): ClaimedJob[] {
+    this.counters.emptyClaims++;
+    return [];
   }
 
   /** True when the tailer has read a feed row of `streams` after `since`. */
@@ -125,13 +146,24 @@ export class Queues {
   }
 
   /** Acks jobs (each item independently), grouped with concurrent acks into one statement. */
-  ack(items: readonly LeaseRef[]): Promise<SettleResult[]> {
-    return this.acker.publish(items);
+  async ack(items: readonly LeaseRef[]): Promise<SettleResult[]> {
+    const results = await this.acker.publish(items);
+    for (let i = 0; i < items.length; i++) if (results[i].ok) this.counters.of(items[i].queue).acked++;
+    return results;
   }
 
   async nack(ref: LeaseRef, error: string | null, delaySeconds: number | null): Promise<NackResult> {
     const res = await nackJob(this.db, ref, error, delaySeconds);
-    if (res.ok) this.feed.tailer.wake();
+    if (res.ok) {
+      const c = this.counters.of(ref.queue);
+      if (res.state === 'dead') {
+        c.nackedDead++;
+        c.deadLettered++;
+      } else {
+        c.nackedRetry++;
+      }
+      this.feed.tailer.wake();
+    }
     return res;
   }
 

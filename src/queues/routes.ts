@@ -3,18 +3,18 @@
  * dead letters and redrive, pause/resume. No SQL here: everything goes through the Queues service.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Kysely } from 'kysely';
-import { admitSse, authorize, authorizeQueueRead, canSeeQueue } from '../auth/access.ts';
+import { authorize, authorizeQueueRead, canSeeQueue } from '../auth/policy.ts';
+import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
-import type { Database } from '../db/database.ts';
 import { ApiError } from '../http/errors.ts';
+import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import { openSse } from '../http/sse.ts';
 import type { ClaimedJob } from './claim.ts';
 import type { LeaseRef, SettleResult } from './settle.ts';
 import { queueStream } from './wake-stream.ts';
-import { Queues } from './queues.ts';
+import type { Queues } from './queues.ts';
 import {
   JOB_ID_PATTERN,
   ackBody,
@@ -79,39 +79,29 @@ async function emptyBodyIsObject(request: FastifyRequest): Promise<void> {
   if (request.body === undefined || request.body === null) request.body = {};
 }
 
+/** Registers the queue routes on `app`; `queues` is built and closed by the server. */
 export function queueRoutes(
   app: FastifyInstance,
-  deps: { db: Kysely<Database>; feed: Feed; config: Config },
-): Queues {
-  const { config } = deps;
-  const queues = new Queues({ db: deps.db, feed: deps.feed, batchMaxJobs: config.batchMaxEvents });
-  // Before the feed stops: waiting claims answer, queued enqueues and acks are written.
-  app.addHook('preClose', () => queues.close());
+  deps: { feed: Feed; queues: Queues; config: Config },
+): void {
+  const { config, queues } = deps;
 
-  app.post<{ Params: { queue: string }; Body: JobBody | JobBody[] }>(
-    '/v1/queues/:queue/jobs',
-    {
-      schema: {
-        tags: QUEUE_TAGS,
-        summary: 'Enqueue one job or a batch',
-        params: queueParams,
-        body: enqueueBody,
-        response: enqueueResponse,
-      },
+  oneOrBatchRoute(app, {
+    url: '/v1/queues/:queue/jobs',
+    param: 'queue',
+    action: 'enqueue',
+    schema: {
+      tags: QUEUE_TAGS,
+      summary: 'Enqueue one job or a batch',
+      params: queueParams,
+      body: enqueueBody,
+      response: enqueueResponse,
     },
-    async (request, reply) => {
-      const { queue } = request.params;
-      authorize(request, 'enqueue', queue);
-      const body = request.body;
-      if (Array.isArray(body)) {
-        const inputs = body.map((j, i) => toJobInput(queue, j, config.maxEventBytes, `jobs[${i}]`));
-        const results = await queues.enqueue(inputs);
-        return reply.code(201).send({ jobs: results.map((r) => ({ id: r.id, duplicate: r.duplicate })) });
-      }
-      const [r] = await queues.enqueue([toJobInput(queue, body, config.maxEventBytes)]);
-      return reply.code(r.duplicate ? 200 : 201).send({ id: r.id, duplicate: r.duplicate });
-    },
-  );
+    list: 'jobs',
+    check: (queue, job: JobBody, where) => toJobInput(queue, job, config.maxEventBytes, where),
+    write: (inputs) => queues.enqueue(inputs),
+    show: (r) => ({ id: r.id, duplicate: r.duplicate }),
+  });
 
   app.post<{ Params: { queue: string }; Body: { max: number; lease: number; wait: number } }>(
     '/v1/queues/:queue/claim',
@@ -369,5 +359,4 @@ export function queueRoutes(
       },
     );
   }
-  return queues;
 }

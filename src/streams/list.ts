@@ -1,7 +1,7 @@
 /** GET /v1/streams: stream names with their recent activity (for the live page and operators). */
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
-import { canSubscribe } from '../auth/access.ts';
+import { canSubscribe } from '../auth/policy.ts';
 import type { Database } from '../db/database.ts';
 import { listStreams } from './queries.ts';
 import { streamListQuery, streamListResponse } from './schemas.ts';

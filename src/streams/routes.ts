@@ -3,9 +3,11 @@
  * writes go through the batcher, reads through the tailer and hub.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { admitSse, authorize } from '../auth/access.ts';
+import { authorize } from '../auth/policy.ts';
+import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
 import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
+import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { FeedEvent } from '../feed/queries.ts';
@@ -30,30 +32,22 @@ interface ReadQuery {
 export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: Config }): void {
   const { feed, config } = deps;
 
-  app.post<{ Params: { stream: string }; Body: EventBody | EventBody[] }>(
-    '/v1/streams/:stream/events',
-    {
-      schema: {
-        summary: 'Publish one event or a batch',
-        tags: ['streams'],
-        params: streamParams,
-        body: publishBody,
-        response: publishResponse,
-      },
+  oneOrBatchRoute(app, {
+    url: '/v1/streams/:stream/events',
+    param: 'stream',
+    action: 'publish',
+    schema: {
+      summary: 'Publish one event or a batch',
+      tags: ['streams'],
+      params: streamParams,
+      body: publishBody,
+      response: publishResponse,
     },
-    async (request, reply) => {
-      const { stream } = request.params;
-      authorize(request, 'publish', stream);
-      const body = request.body;
-      if (Array.isArray(body)) {
-        const inputs = body.map((e, i) => toEventInput(stream, e, config.maxEventBytes, `events[${i}]`));
-        const results = await feed.batcher.publish(inputs);
-        return reply.code(201).send({ events: results });
-      }
-      const [result] = await feed.batcher.publish([toEventInput(stream, body, config.maxEventBytes)]);
-      return reply.code(result.duplicate ? 200 : 201).send(result);
-    },
-  );
+    list: 'events',
+    check: (stream, event: EventBody, where) => toEventInput(stream, event, config.maxEventBytes, where),
+    write: (inputs) => feed.batcher.publish(inputs),
+    show: (r) => r,
+  });
 
   const read = (request: FastifyRequest, reply: FastifyReply, streams: string[]) =>
     readStreams(request, reply, streams, request.query as ReadQuery, feed, config);

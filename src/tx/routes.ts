@@ -3,7 +3,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
-import { authorize } from '../auth/access.ts';
+import { authorize } from '../auth/policy.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';

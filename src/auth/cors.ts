@@ -1,0 +1,45 @@
+/**
+ * CORS (CORS_ORIGINS): exact origins are echoed with credentials allowed; `*` allows any origin
+ * without credentials. Origins are checked at start-up, so a typo fails loudly instead of silently
+ * blocking browsers.
+ */
+import cors from '@fastify/cors';
+import type { FastifyInstance } from 'fastify';
+
+function validateOrigins(origins: string[]): void {
+  if (origins.includes('*')) {
+    if (origins.length > 1) throw new Error('CORS_ORIGINS: "*" cannot be combined with other origins');
+    return;
+  }
+  for (const o of origins) {
+    let ok = false;
+    try {
+      ok = new URL(o).origin === o;
+    } catch {
+      // reported below
+    }
+    if (!ok) {
+      throw new Error(
+        `CORS_ORIGINS: ${JSON.stringify(o)} is not an origin (scheme://host[:port], no path or trailing slash)`,
+      );
+    }
+  }
+}
+
+/** Registers @fastify/cors for `origins` (nothing when the list is empty). */
+export async function registerCors(app: FastifyInstance, origins: string[]): Promise<void> {
+  if (origins.length === 0) return;
+  validateOrigins(origins);
+  const any = origins[0] === '*';
+  await app.register(cors, {
+    // An array of exact origins: the request's origin is echoed when listed (with Vary: Origin).
+    origin: any ? '*' : origins,
+    // Cookies and Authorization from browsers only for listed origins, never with `*`.
+    credentials: !any,
+    methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+    allowedHeaders: ['Authorization', 'Content-Type', 'Last-Event-ID', 'Accept', 'Cache-Control'],
+    exposedHeaders: ['Retry-After', 'WWW-Authenticate'],
+    maxAge: 600,
+    strictPreflight: false,
+  });
+}
