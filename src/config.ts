@@ -1,7 +1,13 @@
 /**
- * Typed configuration from the environment. Every setting and its default is documented in
- * `.env.example`; a `.env` file in the working directory is read first if present (real environment
- * variables win over it).
+ * Typed configuration from the environment, defined once: `SETTINGS` below names every variable, its
+ * default, how it is parsed and what it means, and loadConfig reads exactly that table. `.env.example`
+ * and `docs/configuration.md` list the same variables with the same defaults (test/config.test.ts
+ * compares them with this table; `npx tsx src/cli/config-docs.ts` prints both from it).
+ *
+ * A `.env` file in the working directory is read first if present (real environment variables win
+ * over it). A bad value stops start-up with an error naming the variable and what it accepts.
+ * Durations are written with a unit (`250ms`, `5s`, `30m`, `12h`, `7d`); the field names of Config
+ * keep the `Ms` suffix because the code works in milliseconds.
  */
 import { existsSync, readFileSync } from 'node:fs';
 
@@ -69,93 +75,355 @@ export interface Config {
   janitorLockTimeoutMs: number;
 }
 
+type Env = NodeJS.ProcessEnv;
+
+/** One environment variable: the single place its name, default and meaning are written. */
+export interface Setting<T> {
+  name: string;
+  /** The default as it would be written in `.env`; undefined: unset unless given. */
+  default?: string;
+  /** One or two sentences for `.env.example` and docs/configuration.md. */
+  doc: string;
+  /** A heading that starts a group of related variables (in `.env.example` and the docs). */
+  section?: string;
+  /** Reads the value (`raw` is the variable, or the default when it is unset or empty). */
+  parse(raw: string | undefined, env: Env): T;
+}
+
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
-/** A duration: `7d`, `12h`, `30m`, `45s`, `500ms`, or a bare number of milliseconds. */
+/** 24 days: within what a Node.js timer and PostgreSQL's statement_timeout hold (2^31 - 1 ms). */
+const MAX_TIMER_MS = 24 * 86_400_000;
+
+/**
+ * A duration with its unit: `7d`, `12h`, `30m`, `45s`, `250ms`, `1.5s`; `0` alone needs none.
+ * Returns milliseconds, or undefined when the text is not a duration.
+ */
 export function parseDuration(text: string): number | undefined {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/.exec(text);
   if (!m) return undefined;
+  if (m[2] === undefined && Number(m[1]) !== 0) return undefined;
   const ms = Number(m[1]) * UNITS[m[2] ?? 'ms'];
   return Number.isFinite(ms) ? Math.round(ms) : undefined;
 }
 
-function duration(env: NodeJS.ProcessEnv, name: string, dflt: string, minMs: number): number {
-  const raw = env[name] || dflt;
-  const ms = parseDuration(raw);
-  if (ms === undefined || ms < minMs) {
-    throw new Error(
-      `${name} must be a duration such as 7d, 12h, 30m, 45s or 500ms, at least ${minMs} ms (got ${JSON.stringify(raw)})`,
-    );
+function formatMs(ms: number): string {
+  for (const [unit, size] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1000],
+  ] as const) {
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
   }
-  return ms;
+  return `${ms}ms`;
 }
 
-function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min = 0): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return dflt;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min) {
-    throw new Error(`${name} must be an integer >= ${min} (got ${JSON.stringify(raw)})`);
-  }
-  return n;
-}
-
-function bool(env: NodeJS.ProcessEnv, name: string, dflt: boolean): boolean {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return dflt;
-  if (/^(1|true|yes|on)$/i.test(raw)) return true;
-  if (/^(0|false|no|off)$/i.test(raw)) return false;
-  throw new Error(`${name} must be true or false (got ${JSON.stringify(raw)})`);
-}
-
-function authMode(raw: string | undefined): 'off' | 'jwt' | undefined {
-  if (raw === undefined || raw === '') return undefined;
-  if (raw === 'off' || raw === 'jwt') return raw;
-  throw new Error(`AUTH must be "off" or "jwt" (got ${JSON.stringify(raw)})`);
-}
-
-export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+function duration(
+  name: string,
+  dflt: string,
+  min: number,
+  doc: string,
+  extra: { section?: string; max?: number } = {},
+): Setting<number> {
+  const max = extra.max ?? Number.POSITIVE_INFINITY;
   return {
-    port: int(env, 'PORT', 3000),
-    host: env.HOST || '127.0.0.1',
-    databaseUrl: env.DATABASE_URL || undefined,
-    dataDir: env.DATA_DIR || '.data',
-    embeddedPgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1),
-    poolSize: int(env, 'POOL_SIZE', 10, 2),
-    logLevel: env.LOG_LEVEL || 'info',
-    maxBodyBytes: int(env, 'MAX_BODY_BYTES', 1024 * 1024, 1024),
-    maxEventBytes: int(env, 'MAX_EVENT_BYTES', 1024 * 1024, 16),
-    batchMaxEvents: int(env, 'BATCH_MAX_EVENTS', 2000, 1),
-    windowEvents: int(env, 'WINDOW_EVENTS', 10000, 100),
-    pageSize: int(env, 'PAGE_SIZE', 1000, 10),
-    pollIntervalMs: int(env, 'POLL_INTERVAL_MS', 1000, 10),
-    heartbeatMs: int(env, 'HEARTBEAT_MS', 15000, 100),
-    sseRetryMs: int(env, 'SSE_RETRY_MS', 2000, 0),
-    statementTimeoutMs: int(env, 'STATEMENT_TIMEOUT_MS', 30000, 100),
-    preparedStatements: bool(env, 'PREPARED_STATEMENTS', true),
-    maxSseConnections: int(env, 'MAX_SSE_CONNECTIONS', 20000, 1),
-    slowSubscriberMaxMs: int(env, 'SLOW_SUBSCRIBER_MAX_MS', 30000, 100),
-    auth: authMode(env.AUTH),
-    jwtSecret: env.JWT_SECRET || undefined,
-    jwtPublicKey:
-      env.JWT_PUBLIC_KEY ||
-      (env.JWT_PUBLIC_KEY_FILE ? readFileSync(env.JWT_PUBLIC_KEY_FILE, 'utf8') : undefined),
-    jwksFile: env.JWKS_FILE || undefined,
-    jwtIssuer: env.JWT_ISSUER || undefined,
-    jwtAudience: env.JWT_AUDIENCE || undefined,
-    corsOrigins: (env.CORS_ORIGINS ?? '')
-      .split(',')
-      .map((o) => o.trim())
-      .filter((o) => o !== ''),
-    maxSsePerToken: int(env, 'MAX_SSE_PER_TOKEN', 100, 1),
-    metricsRequireAdmin: bool(env, 'METRICS_REQUIRE_ADMIN', false),
-    retentionMs: duration(env, 'RETENTION', '7d', 1000),
-    partitionIntervalMs: duration(env, 'PARTITION_INTERVAL', '1d', 1000),
-    partitionPremake: int(env, 'PARTITION_PREMAKE', 3, 1),
-    dedupWindowMs: duration(env, 'DEDUP_WINDOW', '7d', 1000),
-    janitorIntervalMs: duration(env, 'JANITOR_INTERVAL', '5m', 0),
-    janitorLockTimeoutMs: int(env, 'JANITOR_LOCK_TIMEOUT_MS', 1000, 10),
+    name,
+    default: dflt,
+    doc,
+    section: extra.section,
+    parse(raw) {
+      const ms = parseDuration(raw ?? '');
+      if (ms === undefined || ms < min || ms > max) {
+        const range =
+          max === Number.POSITIVE_INFINITY
+            ? `at least ${formatMs(min)}`
+            : `${formatMs(min)} to ${formatMs(max)}`;
+        throw new Error(
+          `${name} must be a duration with a unit, such as 250ms, 5s, 30m, 12h or 7d, ${range} (got ${JSON.stringify(raw)})`,
+        );
+      }
+      return ms;
+    },
   };
+}
+
+function int(name: string, dflt: number, min: number, doc: string, section?: string): Setting<number> {
+  return {
+    name,
+    default: String(dflt),
+    doc,
+    section,
+    parse(raw) {
+      const n = Number(raw);
+      if (raw === undefined || !/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(n) || n < min) {
+        throw new Error(`${name} must be an integer >= ${min} (got ${JSON.stringify(raw)})`);
+      }
+      return n;
+    },
+  };
+}
+
+function bool(name: string, dflt: boolean, doc: string, section?: string): Setting<boolean> {
+  return {
+    name,
+    default: String(dflt),
+    doc,
+    section,
+    parse(raw) {
+      if (raw !== undefined && /^(1|true|yes|on)$/i.test(raw)) return true;
+      if (raw !== undefined && /^(0|false|no|off)$/i.test(raw)) return false;
+      throw new Error(`${name} must be true or false (got ${JSON.stringify(raw)})`);
+    },
+  };
+}
+
+function text(name: string, dflt: string, doc: string, section?: string): Setting<string> {
+  return { name, default: dflt, doc, section, parse: (raw) => raw ?? dflt };
+}
+
+function optional(name: string, doc: string, section?: string): Setting<string | undefined> {
+  return { name, doc, section, parse: (raw) => raw };
+}
+
+/**
+ * Every variable loadConfig reads, keyed by the Config field it fills, in the order they are
+ * documented. The mapped type makes a new Config field fail to compile until it has its variable.
+ */
+export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
+  port: int('PORT', 3000, 0, 'HTTP listen port (0: any free port).', 'HTTP'),
+  host: text(
+    'HOST',
+    '127.0.0.1',
+    'HTTP listen address; a non-loopback HOST requires access control (see AUTH).',
+  ),
+
+  databaseUrl: optional(
+    'DATABASE_URL',
+    'PostgreSQL to use, e.g. postgres://postgres@127.0.0.1:5432/postgres. Unset: an embedded PostgreSQL 17 is started with its data under DATA_DIR.',
+    'Database',
+  ),
+  dataDir: text('DATA_DIR', '.data', 'Data folder of the embedded PostgreSQL (kept across restarts).'),
+  embeddedPgPort: int('EMBEDDED_PG_PORT', 54329, 1, 'Port of the embedded PostgreSQL.'),
+  poolSize: int('POOL_SIZE', 10, 2, 'Connections in the query pool (the LISTEN connection is one more).'),
+  statementTimeoutMs: duration(
+    'STATEMENT_TIMEOUT',
+    '30s',
+    100,
+    'Longest a single SQL statement may run; a stalled database gives 503 instead of a hang.',
+    { max: MAX_TIMER_MS },
+  ),
+  preparedStatements: bool(
+    'PREPARED_STATEMENTS',
+    true,
+    'Run the hot feed queries as named prepared statements (planning a query over the partitioned feed costs more than running it); false behind a pooler that cannot keep them.',
+  ),
+  logLevel: text(
+    'LOG_LEVEL',
+    'info',
+    'fatal, error, warn, info, debug (also logs every request), trace or silent.',
+  ),
+
+  maxBodyBytes: int(
+    'MAX_BODY_BYTES',
+    1024 * 1024,
+    1024,
+    'Largest request body, in bytes; over it: 413.',
+    'Limits',
+  ),
+  maxEventBytes: int(
+    'MAX_EVENT_BYTES',
+    1024 * 1024,
+    16,
+    'Largest single event `data` or job `payload` (JSON text), in bytes; over it: 413.',
+  ),
+  maxSseConnections: int(
+    'MAX_SSE_CONNECTIONS',
+    20000,
+    1,
+    'SSE connections served by one process; over it, 503 too_many_connections with Retry-After before the stream starts.',
+  ),
+  slowSubscriberMaxMs: duration(
+    'SLOW_SUBSCRIBER_TIMEOUT',
+    '30s',
+    100,
+    'An SSE subscriber whose socket has accepted no bytes for this long is dropped; every frame it received carries an id, so it resumes with Last-Event-ID and loses nothing. Bounds memory per client.',
+    { max: MAX_TIMER_MS },
+  ),
+
+  batchMaxEvents: int(
+    'BATCH_MAX_EVENTS',
+    2000,
+    1,
+    'Most events (or jobs) gathered into one group-commit transaction.',
+    'Delivery',
+  ),
+  windowEvents: int(
+    'WINDOW_EVENTS',
+    10000,
+    100,
+    'Recent events kept in memory to serve live and reconnecting subscribers without a query.',
+  ),
+  pageSize: int('PAGE_SIZE', 1000, 10, 'Rows per tail or catch-up query.'),
+  pollIntervalMs: duration(
+    'POLL_INTERVAL',
+    '1s',
+    10,
+    'Fallback poll of the feed when no notification arrives (notifications are only a hint).',
+    { max: MAX_TIMER_MS },
+  ),
+  heartbeatMs: duration(
+    'HEARTBEAT_INTERVAL',
+    '15s',
+    100,
+    'SSE comment heartbeat; keep it below the shortest idle timeout of the proxies on the path.',
+    { max: MAX_TIMER_MS },
+  ),
+  sseRetryMs: duration(
+    'SSE_RETRY',
+    '2s',
+    0,
+    'Reconnect delay suggested to SSE clients (the `retry:` field).',
+    {
+      max: MAX_TIMER_MS,
+    },
+  ),
+
+  auth: {
+    name: 'AUTH',
+    doc: 'jwt requires a token on every non-public route; off disables access control (logged loudly). Unset: jwt when a key below is set; with no key, off on a loopback HOST only (a non-loopback HOST without a key refuses to start).',
+    section: 'Access control (docs/access-control.md)',
+    parse(raw) {
+      if (raw === undefined) return undefined;
+      if (raw === 'off' || raw === 'jwt') return raw;
+      throw new Error(`AUTH must be "off" or "jwt" (got ${JSON.stringify(raw)})`);
+    },
+  },
+  jwtSecret: optional(
+    'JWT_SECRET',
+    'HS256 secret, at least 32 bytes (e.g. `openssl rand -base64 32`); `npm run token` signs with it.',
+  ),
+  jwtPublicKey: {
+    name: 'JWT_PUBLIC_KEY',
+    doc: 'A PEM public key (RSA: RS256; EC P-256/P-384: ES256/ES384; Ed25519: EdDSA), inline; or JWT_PUBLIC_KEY_FILE, a file holding it.',
+    parse(raw, env) {
+      if (raw !== undefined) return raw;
+      const file = env.JWT_PUBLIC_KEY_FILE;
+      return file ? readFileSync(file, 'utf8') : undefined;
+    },
+  },
+  jwksFile: optional('JWKS_FILE', 'A local JSON Web Key Set of public keys, chosen by the token’s `kid`.'),
+  jwtIssuer: optional('JWT_ISSUER', 'When set, tokens must carry this issuer (`iss`).'),
+  jwtAudience: optional('JWT_AUDIENCE', 'When set, tokens must carry this audience (`aud`).'),
+  corsOrigins: {
+    name: 'CORS_ORIGINS',
+    doc: 'Browser origins allowed by CORS: comma-separated exact origins (https://app.example.com), allowed with credentials, or * (any origin, without credentials). Unset: no CORS headers (same origin only).',
+    parse: (raw) =>
+      (raw ?? '')
+        .split(',')
+        .map((o) => o.trim())
+        .filter((o) => o !== ''),
+  },
+  maxSsePerToken: int(
+    'MAX_SSE_PER_TOKEN',
+    100,
+    1,
+    'SSE connections one token may hold at once; over it, 429 too_many_connections.',
+  ),
+  metricsRequireAdmin: bool(
+    'METRICS_REQUIRE_ADMIN',
+    false,
+    '/metrics needs a token with admin: true (when access control is on); else it is public.',
+  ),
+
+  retentionMs: duration(
+    'RETENTION',
+    '7d',
+    1000,
+    'Feed events (and dead queue jobs) older than this are dropped, a whole partition at a time.',
+    { section: 'Retention (docs/operations.md#retention)' },
+  ),
+  partitionIntervalMs: duration(
+    'PARTITION_INTERVAL',
+    '1d',
+    1000,
+    'Time span of one feed partition: the unit in which history is dropped.',
+  ),
+  partitionPremake: int('PARTITION_PREMAKE', 3, 1, 'Partitions kept created ahead of the clock.'),
+  dedupWindowMs: duration(
+    'DEDUP_WINDOW',
+    '7d',
+    1000,
+    'An idempotency key deduplicates for at least this long after its event was appended.',
+  ),
+  janitorIntervalMs: duration(
+    'JANITOR_INTERVAL',
+    '5m',
+    0,
+    'How often this process tries to run maintenance (one instance at a time does it); 0: never here (then run `npm run maint -- run` from cron).',
+    { max: MAX_TIMER_MS },
+  ),
+  janitorLockTimeoutMs: duration(
+    'JANITOR_LOCK_TIMEOUT',
+    '1s',
+    10,
+    'Longest maintenance waits for a table lock before retrying at its next run; publishes wait at most this long behind it.',
+    { max: MAX_TIMER_MS },
+  ),
+};
+
+/** Variables read by a setting besides its own name (documented beside it). */
+export const COMPANIONS: Record<string, { name: string; doc: string }> = {
+  JWT_PUBLIC_KEY: {
+    name: 'JWT_PUBLIC_KEY_FILE',
+    doc: 'A file holding the PEM public key, when JWT_PUBLIC_KEY is unset.',
+  },
+};
+
+/**
+ * Names used before durations took units. Nothing was released with them, so they are refused with
+ * the new name rather than silently ignored (a setting that quietly stops working is worse).
+ */
+export const RENAMED: Record<string, string> = {
+  POLL_INTERVAL_MS: 'POLL_INTERVAL',
+  HEARTBEAT_MS: 'HEARTBEAT_INTERVAL',
+  SSE_RETRY_MS: 'SSE_RETRY',
+  STATEMENT_TIMEOUT_MS: 'STATEMENT_TIMEOUT',
+  SLOW_SUBSCRIBER_MAX_MS: 'SLOW_SUBSCRIBER_TIMEOUT',
+  JANITOR_LOCK_TIMEOUT_MS: 'JANITOR_LOCK_TIMEOUT',
+};
+
+/** Every documented variable, in table order: what `.env.example` and docs/configuration.md list. */
+export function documentedVariables(): {
+  name: string;
+  default: string | undefined;
+  doc: string;
+  section?: string;
+}[] {
+  const out: { name: string; default: string | undefined; doc: string; section?: string }[] = [];
+  for (const s of Object.values(SETTINGS) as Setting<unknown>[]) {
+    out.push({ name: s.name, default: s.default, doc: s.doc, section: s.section });
+    const companion = COMPANIONS[s.name];
+    if (companion) out.push({ name: companion.name, default: undefined, doc: companion.doc });
+  }
+  return out;
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  for (const [old, now] of Object.entries(RENAMED)) {
+    if (env[old] !== undefined && env[old] !== '') {
+      const suggestion = /^\d+$/.test(env[old]) ? `${now}=${formatMs(Number(env[old]))}` : now;
+      throw new Error(
+        `${old} is no longer read: set ${suggestion} instead (durations take a unit: 250ms, 5s, 7d)`,
+      );
+    }
+  }
+  const config: Record<string, unknown> = {};
+  for (const [field, s] of Object.entries(SETTINGS) as [string, Setting<unknown>][]) {
+    const given = env[s.name];
+    config[field] = s.parse(given === undefined || given === '' ? s.default : given, env);
+  }
+  return config as unknown as Config;
 }
 
 /** Reads `.env` into process.env (without overriding variables already set). */

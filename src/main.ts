@@ -3,7 +3,15 @@ import { loadConfig, loadDotEnv } from './config.ts';
 import { startServer } from './server.ts';
 
 loadDotEnv();
-const config = loadConfig();
+const config = (() => {
+  try {
+    return loadConfig();
+  } catch (err) {
+    // A bad setting: its message names the variable and what it accepts; a stack trace adds nothing.
+    console.error(`commitfeed: ${(err as Error).message}`);
+    process.exit(2);
+  }
+})();
 const server = await startServer(config).catch((err: Error) => {
   console.error(`commitfeed failed to start: ${err.message}`);
   process.exit(1);

@@ -1,4 +1,8 @@
-// OpenAPI spec and docs page, the stream list endpoint and the live page: what users open first.
+// OpenAPI spec and docs page, the stream list endpoint and the live page: what users open first;
+// and the Markdown docs: every API route documented, every link resolving, a README that stays short.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { publish, startTestServer, testDatabase } from './helpers.ts';
 
@@ -135,4 +139,86 @@ t.test('the live page is served at /', async (t) => {
   const html = await res.text();
   t.match(html, /new EventSource\(/, 'tails with the native EventSource');
   t.match(html, /\/v1\/streams/, 'lists streams from the JSON endpoint');
+});
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const MARKDOWN = [
+  'README.md',
+  ...readdirSync(join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
+const HIDDEN_ROUTES = ['GET /', 'GET /openapi.json', 'GET /docs'];
+/** Markdown without fenced code blocks (examples are not links or route references). */
+const prose = (file: string) => readFileSync(join(ROOT, file), 'utf8').replace(/^```[\s\S]*?^```/gm, '');
+/** GitHub's anchor for a heading. */
+const slug = (heading: string) =>
+  heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+    .replace(/\s/g, '-');
+
+t.test('every route of the API spec is documented in docs/, and every documented route exists', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  const spec = (await (await fetch(`${server.url}/openapi.json`)).json()) as {
+    paths: Record<string, object>;
+  };
+  const routes = new Set<string>();
+  for (const [path, ops] of Object.entries(spec.paths)) {
+    for (const method of Object.keys(ops)) routes.add(`${method.toUpperCase()} ${path}`);
+  }
+  t.ok(routes.size >= 20, `the spec lists the API (${routes.size} routes)`);
+  const documented = new Map<string, string>();
+  for (const file of MARKDOWN.filter((f) => f.startsWith('docs/'))) {
+    for (const m of prose(file).matchAll(/`(GET|POST|PUT|PATCH|DELETE) (\/[^`\s?]*)`/g)) {
+      documented.set(`${m[1]} ${m[2]}`, file);
+    }
+  }
+  for (const r of routes) t.ok(documented.has(r), `${r} is documented in docs/ (as \`${r}\`)`);
+  for (const [r, file] of documented) {
+    t.ok(routes.has(r) || HIDDEN_ROUTES.includes(r), `${r} (${file}) is a route of the API`);
+  }
+});
+
+t.test('every relative link in README.md and docs/ resolves, anchors included', async (t) => {
+  t.ok(MARKDOWN.length >= 9, `README and the docs pages (${MARKDOWN.join(', ')})`);
+  let checked = 0;
+  for (const file of MARKDOWN) {
+    for (const m of prose(file).matchAll(/\]\(([^)\s]+)\)/g)) {
+      const target = m[1];
+      if (/^[a-z]+:/i.test(target)) continue;
+      const [path, anchor] = target.split('#');
+      const resolved = path === '' ? join(ROOT, file) : join(dirname(join(ROOT, file)), path);
+      const name = `${file} → ${target}`;
+      checked++;
+      if (!existsSync(resolved)) {
+        t.fail(`${name}: no such file`);
+        continue;
+      }
+      if (anchor !== undefined) {
+        const headings = readFileSync(resolved, 'utf8')
+          .replace(/^```[\s\S]*?^```/gm, '')
+          .split('\n')
+          .filter((l) => /^#{1,6} /.test(l))
+          .map((l) => slug(l.replace(/^#+ /, '')));
+        t.ok(headings.includes(anchor), `${name}: ${relative(ROOT, resolved)} has a heading #${anchor}`);
+      } else t.pass(name);
+    }
+  }
+  t.ok(checked >= 20, `links checked: ${checked}`);
+  // Every page of docs/ is reachable from the README.
+  const readme = prose('README.md');
+  for (const file of MARKDOWN.filter((f) => f.startsWith('docs/'))) {
+    t.ok(readme.includes(`](${file})`), `README links to ${file}`);
+  }
+});
+
+t.test('the README stays a five-minute read with the two set-up commands', async (t) => {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const lines = readme.split('\n').length;
+  t.ok(lines <= 130, `README.md is ${lines} lines (reference material belongs in docs/)`);
+  t.match(readme, /^npm ci && npm start\b/m, 'the first command');
+  t.match(readme, /^npm test\b/m, 'the second command');
+  t.match(readme, /must be recreated/, 'says that databases from before the baseline must be recreated');
 });

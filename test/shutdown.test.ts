@@ -17,7 +17,7 @@ function startService(
 ): Promise<{ proc: ChildProcess; url: string }> {
   const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: ROOT,
-    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: '0', LOG_LEVEL: 'info', SSE_RETRY_MS: '1234' },
+    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: '0', LOG_LEVEL: 'info', SSE_RETRY: '1234ms' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   t.teardown(() => {
@@ -100,7 +100,7 @@ t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0',
   t.equal(await sseEnded, 'ended', 'the SSE stream was ended by the server, not broken');
   t.ok(
     messages.some((m) => m.retry === 1234 && m.data === undefined),
-    'with a retry: hint (SSE_RETRY_MS) as its last words',
+    'with a retry: hint (SSE_RETRY) as its last words',
   );
   t.equal(messages.at(-1)?.retry, 1234, 'the hint is the last message');
 

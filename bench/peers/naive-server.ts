@@ -6,12 +6,16 @@
 // Readers poll `WHERE id > cursor` every 50 ms per subscriber (the seed design), which also has
 // the lost-event bug from DESIGN.md; scenario 6 shows it.
 //
-// Env: DATABASE_URL, PORT (default 3100), NAIVE_POOL_SIZE (10), NAIVE_POLL_MS (50).
+// Env: DATABASE_URL, PORT (default 3100), NAIVE_POOL_SIZE (10), NAIVE_POLL_INTERVAL (50ms; a duration
+// with a unit, as commitfeed's own settings).
 import http from 'node:http';
 import pg from 'pg';
+import { parseDuration } from '../../src/config.ts';
 
 const port = Number(process.env['PORT'] ?? 3100);
-const pollMs = Number(process.env['NAIVE_POLL_MS'] ?? 50);
+const pollMs = parseDuration(process.env['NAIVE_POLL_INTERVAL'] || '50ms');
+if (pollMs === undefined || pollMs < 1)
+  throw new Error('naive-server: NAIVE_POLL_INTERVAL must be a duration such as 50ms');
 const poolSize = Number(process.env['NAIVE_POOL_SIZE'] ?? 10);
 const connectionString = process.env['DATABASE_URL'];
 if (!connectionString) throw new Error('naive-server: set DATABASE_URL');

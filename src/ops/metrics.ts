@@ -376,7 +376,7 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
   );
   mirror(
     'commitfeed_sse_slow_dropped_total',
-    'SSE subscribers dropped because their socket took nothing for SLOW_SUBSCRIBER_MAX_MS',
+    'SSE subscribers dropped because their socket took nothing for SLOW_SUBSCRIBER_TIMEOUT',
     () => hub.stats.dropped,
   );
   gauge(
