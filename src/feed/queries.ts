@@ -66,9 +66,10 @@ function toEvent(r: Row): FeedEvent {
 }
 
 /**
- * The one write implementation is the SQL function `commitfeed.append` (migrations/0003_outbox.ts):
- * it validates, drops keys already in the stream, inserts, and notifies once. The batcher, the HTTP
- * transaction endpoint, the library API (src/index.ts) and `commitfeed.publish` all go through it.
+ * The one write implementation is the SQL function `commitfeed.append` (src/sql/append.sql): it
+ * validates, drops keys already taken in the stream, inserts, and notifies once. The batcher, the
+ * HTTP transaction endpoint, the library API (src/index.ts), `commitfeed.publish` and enqueue's
+ * wake-up rows all go through it.
  */
 export const APPEND_SQL = prepared(
   'select cursor, duplicate from commitfeed.append($1::text[], $2::text[], $3::text[], $4::json[])',
@@ -106,8 +107,8 @@ export function appendResults(
  * Appends events in one statement and notifies the feed channel once; the notification is delivered
  * at the commit of `db`'s transaction (or of the statement itself when `db` is not a transaction).
  * Events with a `key` already present in their stream are not appended: their result carries the
- * original event's id and `duplicate: true` (the unique index makes this hold under concurrent
- * retries); a key repeated within the call is appended once, later copies report the first.
+ * original event's id and `duplicate: true` (commitfeed.feed_keys' primary key makes this hold
+ * under concurrent retries, for DEDUP_WINDOW); a key repeated within the call is appended once, later copies report the first.
  *
  * @example
  *   await db.transaction().execute(async (trx) => {
