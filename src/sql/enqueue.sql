@@ -48,9 +48,8 @@ begin
     raise exception using errcode = '22023',
       message = 'priority must be an integer from -1000000 to 1000000';
   end if;
-  -- Lengths in UTF-16 code units, as the TypeScript rule counts them: astral characters count twice.
-  if key is not null and char_length(key) + char_length(regexp_replace(key, '[^\U00010000-\U0010FFFF]', '', 'g'))
-       not between 1 and 200 then
+  -- Lengths in characters (code points), as the TypeScript rule (src/feed/validate.ts) counts them.
+  if char_length(key) not between 1 and 200 then
     raise exception using errcode = '22023',
       message = 'key must be a string of 1-200 characters (no NUL, well-formed Unicode)';
   end if;
