@@ -23,7 +23,14 @@ const SQL_DIRS = [
   fileURLToPath(new URL('../../../src/sql/', import.meta.url)),
 ];
 /** Applied in this order: each function only calls those before it. */
-export const SQL_FUNCTIONS = ['append', 'publish', 'enqueue-jobs', 'enqueue'] as const;
+export const SQL_FUNCTIONS = [
+  'invalid-name',
+  'refuse-invalid',
+  'append',
+  'publish',
+  'enqueue-jobs',
+  'enqueue',
+] as const;
 const LOCK_KEY = 'commitfeed.migrations';
 
 class FolderProvider implements MigrationProvider {

@@ -13,7 +13,6 @@ language plpgsql
 as $fn$
 declare
   n int := coalesce(cardinality(streams), 0);
-  bad record;
   pre bigint[];      -- per input: the id it was given (a repeated key: its first copy's)
   repeat boolean[];  -- per input: its (stream, key) appeared earlier in the call
   inserted bigint[];
@@ -22,39 +21,23 @@ begin
   if n = 0 then
     return;
   end if;
-  if coalesce(cardinality(types), 0) <> n or coalesce(cardinality(keys), 0) <> n
-     or coalesce(cardinality(datas), 0) <> n then
-    raise exception using errcode = '22023',
-      message = 'commitfeed.append: streams, types, keys and datas must be arrays of the same length';
-  end if;
   -- The rules of src/feed/validate.ts, restated (test/validation-parity.test.ts checks that both
-  -- accept and refuse the same inputs). Lengths are in characters (code points). Not
-  -- '^[...]{1,200}$': PostgreSQL's regex engine takes ~100 us per match with a bounded repeat, more
-  -- than the insert itself. A stream is a name, or 'queue/' and a queue name (a queue's wake-up
-  -- stream, written by commitfeed.enqueue_jobs).
-  select v.i, v.message into bad
-  from (
-    select s.i, case
-      when nm.name is null or char_length(nm.name) not between 1 and 200
-           or nm.name ~ '[^A-Za-z0-9._:-]' then
-        format('stream name must be 1-200 characters of letters, digits and . _ : - (got %s)',
-               coalesce(to_json(left(s.stream, 80))::text, 'null'))
-      when s.data is null then 'data must not be SQL NULL (use ''null''::json for a JSON null)'
-      when char_length(s.type) not between 1 and 200 or s.type ~ '[\x01-\x1f\x7f]' then
-        'type must be 1-200 characters without control characters'
-      when char_length(s.key) not between 1 and 200 then 'key must be 1-200 characters'
-    end as message
-    from unnest(streams, types, keys, datas) with ordinality as s(stream, type, key, data, i),
-         lateral (select case when left(s.stream, 6) = 'queue/' then substr(s.stream, 7)
-                              else s.stream end as name) nm
-  ) v
-  where v.message is not null
-  order by v.i
-  limit 1;
-  if found then
-    raise exception using errcode = '22023',
-      message = bad.message || case when n > 1 then format(' (event %s of %s)', bad.i, n) else '' end;
-  end if;
+  -- accept and refuse the same inputs). Lengths are in characters (code points). A stream is a
+  -- name, or 'queue/' and a queue name (a queue's wake-up stream, written by commitfeed.enqueue_jobs).
+  perform commitfeed.refuse_invalid('commitfeed.append', 'event',
+    array[n, cardinality(types), cardinality(keys), cardinality(datas)],
+    array(
+      select coalesce(commitfeed.invalid_name('stream', nm.name, s.stream), case
+        when s.data is null then 'data must not be SQL NULL (use ''null''::json for a JSON null)'
+        -- Not '^[^...]{1,200}$': a bounded repeat is slow in PostgreSQL's regex engine.
+        when char_length(s.type) not between 1 and 200 or s.type ~ '[\x01-\x1f\x7f]' then
+          'type must be 1-200 characters without control characters'
+        when char_length(s.key) not between 1 and 200 then 'key must be 1-200 characters'
+      end)
+      from unnest(streams, types, keys, datas) with ordinality as s(stream, type, key, data, i),
+           lateral (select case when left(s.stream, 6) = 'queue/' then substr(s.stream, 7)
+                                else s.stream end as name) nm
+      order by s.i));
 
   if cardinality(array_remove(keys, null)) = 0 then
     -- No keys (the common case): nothing can be a duplicate. Identity values are taken row by row

@@ -22,7 +22,6 @@ as $fn$
 declare
   n int := coalesce(cardinality(queues), 0);
   max_seconds constant float8 := 31536000;
-  bad record;
   firsts bigint[];    -- per input: the first input with its (queue, key); itself when it has no key
   pending boolean[];  -- per input: still to insert (a first copy whose outcome is not settled)
   round_i bigint[];
@@ -42,47 +41,31 @@ begin
   if n = 0 then
     return;
   end if;
-  if coalesce(cardinality(payloads), 0) <> n or coalesce(cardinality(priorities), 0) <> n
-     or coalesce(cardinality(delays), 0) <> n or coalesce(cardinality(run_ats), 0) <> n
-     or coalesce(cardinality(keys), 0) <> n or coalesce(cardinality(attempt_limits), 0) <> n
-     or coalesce(cardinality(backoffs), 0) <> n then
-    raise exception using errcode = '22023',
-      message = 'commitfeed.enqueue_jobs: every argument must be an array of the same length';
-  end if;
   -- The rules of src/queues/validate.ts, restated (test/validation-parity.test.ts checks that both
   -- accept and refuse the same inputs). Lengths are in characters (code points). Messages name the
   -- arguments of commitfeed.enqueue, the one-job form applications call.
-  select v.i, v.message into bad
-  from (
-    select s.i, case
-      when s.queue is null or char_length(s.queue) not between 1 and 200
-           or s.queue ~ '[^A-Za-z0-9._:-]' then
-        format('queue name must be 1-200 characters of letters, digits and . _ : - (got %s)',
-               coalesce(to_json(left(s.queue, 80))::text, 'null'))
-      when s.payload is null then 'payload must not be SQL NULL (use ''null'' for a JSON null)'
-      -- NaN compares greater than every number: "not between" refuses it, and the infinities.
-      when s.delay is null or not (s.delay between 0 and max_seconds) then
-        format('delay_seconds must be a number of seconds from 0 to %s', max_seconds)
-      when not isfinite(s.run_at) then 'run_at must be a finite timestamp'
-      when s.run_at is not null and s.delay <> 0 then 'give either delay_seconds or run_at, not both'
-      when s.priority is null or s.priority not between -1000000 and 1000000 then
-        'priority must be an integer from -1000000 to 1000000'
-      when char_length(s.key) not between 1 and 200 then
-        'key must be a string of 1-200 characters (no NUL, well-formed Unicode)'
-      when s.attempt_limit is null or s.attempt_limit not between 1 and 1000 then
-        'max_attempts must be an integer from 1 to 1000'
-      when jsonb_typeof(s.backoff) is distinct from 'object' then 'backoff must be an object'
-    end as message
-    from unnest(queues, payloads, priorities, delays, run_ats, keys, attempt_limits, backoffs)
-      with ordinality as s(queue, payload, priority, delay, run_at, key, attempt_limit, backoff, i)
-  ) v
-  where v.message is not null
-  order by v.i
-  limit 1;
-  if found then
-    raise exception using errcode = '22023',
-      message = bad.message || case when n > 1 then format(' (job %s of %s)', bad.i, n) else '' end;
-  end if;
+  perform commitfeed.refuse_invalid('commitfeed.enqueue_jobs', 'job',
+    array[n, cardinality(payloads), cardinality(priorities), cardinality(delays), cardinality(run_ats),
+          cardinality(keys), cardinality(attempt_limits), cardinality(backoffs)],
+    array(
+      select coalesce(commitfeed.invalid_name('queue', s.queue, s.queue), case
+        when s.payload is null then 'payload must not be SQL NULL (use ''null'' for a JSON null)'
+        -- NaN compares greater than every number: "not between" refuses it, and the infinities.
+        when s.delay is null or not (s.delay between 0 and max_seconds) then
+          format('delay_seconds must be a number of seconds from 0 to %s', max_seconds)
+        when not isfinite(s.run_at) then 'run_at must be a finite timestamp'
+        when s.run_at is not null and s.delay <> 0 then 'give either delay_seconds or run_at, not both'
+        when s.priority is null or s.priority not between -1000000 and 1000000 then
+          'priority must be an integer from -1000000 to 1000000'
+        when char_length(s.key) not between 1 and 200 then
+          'key must be a string of 1-200 characters (no NUL, well-formed Unicode)'
+        when s.attempt_limit is null or s.attempt_limit not between 1 and 1000 then
+          'max_attempts must be an integer from 1 to 1000'
+        when jsonb_typeof(s.backoff) is distinct from 'object' then 'backoff must be an object'
+      end)
+      from unnest(queues, payloads, priorities, delays, run_ats, keys, attempt_limits, backoffs)
+        with ordinality as s(queue, payload, priority, delay, run_at, key, attempt_limit, backoff, i)
+      order by s.i));
 
   -- Sorted, so concurrent calls lock new queue names in one order.
   insert into commitfeed.queues (name)

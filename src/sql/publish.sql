@@ -5,12 +5,13 @@ create or replace function commitfeed.publish(stream text, data jsonb, type text
 returns text
 language plpgsql
 as $fn$
+declare
+  problem text := commitfeed.invalid_name('stream', stream, stream);
 begin
-  -- 'queue/...' streams belong to queues (enqueue writes them): not for publishing.
-  if strpos(stream, '/') > 0 then
-    raise exception using errcode = '22023', message = format(
-      'stream name must be 1-200 characters of letters, digits and . _ : - (got %s)',
-      to_json(left(stream, 80))::text);
+  -- Checked here too, not only by append: 'queue/...' streams belong to queues (enqueue writes
+  -- them), and the name rule refuses the '/'.
+  if problem is not null then
+    raise exception using errcode = '22023', message = problem;
   end if;
   return (select a.cursor from commitfeed.append(array[stream], array[type], array[key], array[data::json]) a);
 end
