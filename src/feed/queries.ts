@@ -4,6 +4,7 @@
  * caller's transaction).
  */
 import { CompiledQuery, sql } from 'kysely';
+import { columns } from '../db/columns.ts';
 import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
@@ -77,19 +78,7 @@ export const APPEND_SQL = prepared(
 
 /** APPEND_SQL's parameters: one array per column. */
 export function appendParams(events: readonly EventInput[]): unknown[] {
-  const n = events.length;
-  const streams = new Array<string>(n);
-  const types = new Array<string | null>(n);
-  const keys = new Array<string | null>(n);
-  const datas = new Array<string>(n);
-  for (let i = 0; i < n; i++) {
-    const e = events[i];
-    streams[i] = e.stream;
-    types[i] = e.type;
-    keys[i] = e.key;
-    datas[i] = e.data;
-  }
-  return [streams, types, keys, datas];
+  return columns(events, ['stream', 'type', 'key', 'data']);
 }
 
 /** APPEND_SQL's rows (one per event, in order) as results. */

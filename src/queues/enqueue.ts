@@ -8,6 +8,7 @@
  * it in commitfeed.queues.completed, so the claim query never wades through history.
  */
 import { CompiledQuery } from 'kysely';
+import { columns } from '../db/columns.ts';
 import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 
@@ -55,39 +56,20 @@ export const ENQUEUE_SQL = prepared(
  */
 export async function enqueueJobs(db: Db, jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
   if (jobs.length === 0) return [];
-  const n = jobs.length;
-  const queues = new Array<string>(n);
-  const payloads = new Array<string>(n);
-  const priorities = new Array<number>(n);
-  const delays = new Array<number>(n);
-  const runAts = new Array<string | null>(n);
-  const keys = new Array<string | null>(n);
-  const maxAttempts = new Array<number>(n);
-  const backoffs = new Array<string>(n);
-  for (let i = 0; i < n; i++) {
-    const j = jobs[i];
-    queues[i] = j.queue;
-    payloads[i] = j.payload;
-    priorities[i] = j.priority;
-    delays[i] = j.delay;
-    runAts[i] = j.runAt;
-    keys[i] = j.key;
-    maxAttempts[i] = j.maxAttempts;
-    backoffs[i] = j.backoff;
-  }
+  const params = columns(jobs, [
+    'queue',
+    'payload',
+    'priority',
+    'delay',
+    'runAt',
+    'key',
+    'maxAttempts',
+    'backoff',
+  ]);
   const { rows } = await db.executeQuery<{ id: string; duplicate: boolean }>(
-    CompiledQuery.raw(ENQUEUE_SQL, [
-      queues,
-      payloads,
-      priorities,
-      delays,
-      runAts,
-      keys,
-      maxAttempts,
-      backoffs,
-    ]),
+    CompiledQuery.raw(ENQUEUE_SQL, params),
   );
-  if (rows.length !== n)
-    throw new Error(`commitfeed.enqueue_jobs returned ${rows.length} rows for ${n} jobs`);
+  if (rows.length !== jobs.length)
+    throw new Error(`commitfeed.enqueue_jobs returned ${rows.length} rows for ${jobs.length} jobs`);
   return rows.map((r, i) => ({ id: r.id, queue: jobs[i].queue, duplicate: r.duplicate }));
 }
