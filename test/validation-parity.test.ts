@@ -122,6 +122,17 @@ t.test('TypeScript and SQL accept and refuse the same names, types and keys', as
     t.equal(await sqlAccepts(app, ENQUEUE, [name, '1', null]), ok, `queue name, ${what}: SQL agrees`);
   }
 
+  // The SQL name rule is an expression PostgreSQL inlines into append's and enqueue_jobs' queries; a
+  // call per row instead cost 4.7 us per name (e.g. after declaring it immutable over stable calls).
+  const plan = await app.query(
+    `explain verbose select commitfeed.invalid_name('stream', s, s) from unnest(array['a', 'b']) as s`,
+  );
+  t.notMatch(
+    plan.rows.map((r) => r['QUERY PLAN']).join('\n'),
+    /invalid_name/,
+    'commitfeed.invalid_name is inlined (no function call per row)',
+  );
+
   // A lone surrogate never reaches SQL as such (the driver's UTF-8 encoding turns it into U+FFFD, so two
   // different keys would collide there): TypeScript refuses it.
   t.notOk(
