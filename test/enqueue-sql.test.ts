@@ -1,5 +1,7 @@
-// commitfeed.enqueue (SQL) inside the application's own transaction: the same rows as the service's
-// enqueueJobs, woken at COMMIT (and never by a ROLLBACK), bad input refused with nothing written.
+// commitfeed.enqueue (SQL) inside the application's own transaction. Both it and the service's
+// enqueueJobs call commitfeed.enqueue_jobs; what commitfeed.enqueue restates (its defaults and the
+// backoff normalisation of toJobInput) must give the same rows. Woken at COMMIT (and never by a
+// ROLLBACK), bad input refused with nothing written.
 import { sql } from 'kysely';
 import t from 'tap';
 import { enqueueJobs } from '../src/queues/enqueue.ts';
@@ -55,7 +57,7 @@ async function state(db: ReturnType<typeof sqlClient>) {
 }
 
 t.test(
-  'commitfeed.enqueue writes the same rows as enqueueJobs, key dedup and defaults included',
+  'commitfeed.enqueue writes the same rows as enqueueJobs, key dedup, defaults and backoff included',
   async (t) => {
     const url = await testDatabase(t);
     await startTestServer(t, url); // migrates
@@ -188,7 +190,7 @@ t.test('bad input raises a clear error (SQLSTATE 22023) and writes nothing', asy
     ['q', { payload: 1, delay: 31536001 }, /^delay_seconds must be/],
     ['q', { payload: 1, priority: 1_000_001 }, /^priority must be an integer from -1000000 to 1000000$/],
     ['q', { payload: 1, key: '' }, /^key must be a string of 1-200 characters/],
-    ['q', { payload: 1, key: '😀'.repeat(101) }, /^key must be a string of 1-200 characters/],
+    ['q', { payload: 1, key: '😀'.repeat(201) }, /^key must be a string of 1-200 characters/],
     [
       'q',
       { payload: 1, backoff: { type: 'linear' } as never },

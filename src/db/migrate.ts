@@ -1,16 +1,36 @@
 /**
- * Runs the numbered migrations in `migrations/` with Kysely's Migrator at start-up.
+ * Brings a database to the current schema at start-up: the numbered migrations in `migrations/`
+ * (tables and indexes) with Kysely's Migrator, then every SQL function from `src/sql/` (one file per
+ * function, each `create or replace`). A function is not a migration: its one file is its source, so
+ * a change to it is a diff of that file, applied by the next start-up. A change of a function's
+ * arguments or result type needs a migration that drops the old one first (`create or replace`
+ * cannot change them).
  *
  * Several instances may start at once: the whole run happens on one connection holding a session
- * advisory lock, so exactly one instance migrates and the others wait, then find nothing to do.
+ * advisory lock, so exactly one instance migrates and the others wait, then find nothing to do (the
+ * functions are applied again, which changes nothing).
  */
-import { readdir } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import path from 'node:path';
-import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import { CompiledQuery, type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
 import { SCHEMA } from './database.ts';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
+/** src/sql beside this file; from a build (dist/src/db), the sources' src/sql (tsc copies no .sql). */
+const SQL_DIRS = [
+  fileURLToPath(new URL('../sql/', import.meta.url)),
+  fileURLToPath(new URL('../../../src/sql/', import.meta.url)),
+];
+/** Applied in this order: each function only calls those before it. */
+export const SQL_FUNCTIONS = [
+  'invalid-name',
+  'refuse-invalid',
+  'append',
+  'publish',
+  'enqueue-jobs',
+  'enqueue',
+] as const;
 const LOCK_KEY = 'commitfeed.migrations';
 
 class FolderProvider implements MigrationProvider {
@@ -25,23 +45,65 @@ class FolderProvider implements MigrationProvider {
   }
 }
 
+/** The text of src/sql/<name>.sql. */
+export async function functionSource(name: string): Promise<string> {
+  for (const dir of SQL_DIRS) {
+    try {
+      return await readFile(path.join(dir, `${name}.sql`), 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+  }
+  throw new Error(`SQL function source ${name}.sql not found in ${SQL_DIRS.join(' or ')}`);
+}
+
+/**
+ * A database migrated by a development version from before the baseline migration lists migrations
+ * this version does not have: say what to do, rather than Kysely's "corrupted migrations".
+ */
+// biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema
+async function refuseUnknownMigrations(db: Kysely<any>, known: Record<string, Migration>): Promise<void> {
+  const { rows: found } = await sql<{ present: boolean }>`
+    select to_regclass(${`${SCHEMA}.kysely_migration`}) is not null as present`.execute(db);
+  if (!found[0].present) return;
+  const { rows } = await sql<{
+    name: string;
+  }>`select name from ${sql.id(SCHEMA, 'kysely_migration')}`.execute(db);
+  const unknown = rows.map((r) => r.name).filter((name) => !(name in known));
+  if (unknown.length > 0) {
+    throw new Error(
+      `this database's ${SCHEMA} schema was made by migrations this version does not have (${unknown.join(', ')}): ` +
+        `it predates the first release's baseline schema. Recreate the database (or drop schema ${SCHEMA} cascade) and start again.`,
+    );
+  }
+}
+
+/** Applies the migrations, then the SQL functions; returns the names of the migrations it ran. */
 // biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema
 export async function migrate(db: Kysely<any>): Promise<string[]> {
   return db.connection().execute(async (conn) => {
     await sql`select pg_advisory_lock(hashtext(${LOCK_KEY}))`.execute(conn);
     try {
       await sql`create schema if not exists ${sql.id(SCHEMA)}`.execute(conn);
-      const migrator = new Migrator({
-        db: conn,
-        provider: new FolderProvider(),
-        migrationTableSchema: SCHEMA,
-      });
+      const provider = new FolderProvider();
+      await refuseUnknownMigrations(conn, await provider.getMigrations());
+      const migrator = new Migrator({ db: conn, provider, migrationTableSchema: SCHEMA });
       const { error, results } = await migrator.migrateToLatest();
       if (error) {
         const failed = results?.find((r) => r.status === 'Error')?.migrationName;
         throw new Error(
           `migration ${failed ?? '(unknown)'} failed: ${String((error as Error).message ?? error)}`,
         );
+      }
+      for (const name of SQL_FUNCTIONS) {
+        // One simple-protocol query (no parameters): the file may hold several statements (the
+        // function and its comment), applied as one implicit transaction.
+        const text = await functionSource(name);
+        try {
+          await conn.executeQuery(CompiledQuery.raw(text));
+        } catch (err) {
+          throw new Error(`applying src/sql/${name}.sql failed: ${(err as Error).message}`);
+        }
       }
       return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
     } finally {

@@ -4,6 +4,7 @@
  * caller's transaction).
  */
 import { CompiledQuery, sql } from 'kysely';
+import { columns } from '../db/columns.ts';
 import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
@@ -57,9 +58,10 @@ function toEvent(r: Row): FeedEvent {
 }
 
 /**
- * The one write implementation is the SQL function `commitfeed.append` (migrations/0003_outbox.ts):
- * it validates, drops keys already in the stream, inserts, and notifies once. The batcher, the HTTP
- * transaction endpoint, the library API (src/index.ts) and `commitfeed.publish` all go through it.
+ * The one write implementation is the SQL function `commitfeed.append` (src/sql/append.sql): it
+ * validates, drops keys already taken in the stream, inserts, and notifies once. The batcher, the
+ * HTTP transaction endpoint, the library API (src/index.ts), `commitfeed.publish` and enqueue's
+ * wake-up rows all go through it.
  */
 export const APPEND_SQL = prepared(
   'select cursor, duplicate from commitfeed.append($1::text[], $2::text[], $3::text[], $4::json[])',
@@ -67,19 +69,7 @@ export const APPEND_SQL = prepared(
 
 /** APPEND_SQL's parameters: one array per column. */
 export function appendParams(events: readonly EventInput[]): unknown[] {
-  const n = events.length;
-  const streams = new Array<string>(n);
-  const types = new Array<string | null>(n);
-  const keys = new Array<string | null>(n);
-  const datas = new Array<string>(n);
-  for (let i = 0; i < n; i++) {
-    const e = events[i];
-    streams[i] = e.stream;
-    types[i] = e.type;
-    keys[i] = e.key;
-    datas[i] = e.data;
-  }
-  return [streams, types, keys, datas];
+  return columns(events, ['stream', 'type', 'key', 'data']);
 }
 
 /** APPEND_SQL's rows (one per event, in order) as results. */
@@ -97,8 +87,8 @@ export function appendResults(
  * Appends events in one statement and notifies the feed channel once; the notification is delivered
  * at the commit of `db`'s transaction (or of the statement itself when `db` is not a transaction).
  * Events with a `key` already present in their stream are not appended: their result carries the
- * original event's id and `duplicate: true` (the unique index makes this hold under concurrent
- * retries); a key repeated within the call is appended once, later copies report the first.
+ * original event's id and `duplicate: true` (commitfeed.feed_keys' primary key makes this hold
+ * under concurrent retries, for DEDUP_WINDOW); a key repeated within the call is appended once, later copies report the first.
  *
  * @example
  *   await db.transaction().execute(async (trx) => {

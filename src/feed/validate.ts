@@ -1,6 +1,8 @@
 /**
  * One definition of what a valid event is, shared by the HTTP routes, the transaction endpoint and
- * the library API (the SQL functions enforce the same rules in SQL).
+ * the library API; the name, type and key rules serve jobs too (src/queues/validate.ts). The SQL
+ * functions (src/sql/) restate them for callers that reach the database directly, and
+ * test/validation-parity.test.ts checks that both sides accept and refuse the same inputs.
  */
 import { ApiError } from '../http/errors.ts';
 import type { EventInput } from './queries.ts';
@@ -10,10 +12,12 @@ export const NAME_PATTERN = '^[A-Za-z0-9._:-]{1,200}$';
 const NAME_RE = new RegExp(NAME_PATTERN);
 /** Event types become SSE `event:` fields: no line breaks or control characters. */
 export const TYPE_PATTERN = '^[^\\u0000-\\u001f\\u007f]{1,200}$';
-// `u`: lengths count characters (code points), as the route schemas (ajv) and commitfeed.append do.
+// `u`: lengths count characters (code points), as the route schemas (ajv) and the SQL functions do.
 const TYPE_RE = new RegExp(TYPE_PATTERN, 'u');
 /** With the `u` flag only an unpaired surrogate matches: text that is not well-formed Unicode. */
 const LONE_SURROGATE = /\p{Cs}/u;
+/** Longest key, in characters (code points, as PostgreSQL's char_length and JSON schema's maxLength count). */
+export const KEY_MAX_LENGTH = 200;
 
 /** Length in characters (code points); `.length` counts UTF-16 units. */
 function codePoints(s: string): number {
@@ -22,12 +26,41 @@ function codePoints(s: string): number {
   return n;
 }
 
+const invalid = (message: string) => new ApiError(400, 'invalid_request', message);
+
+/** A stream or queue name (`what` says which). */
 export function assertName(name: unknown, what = 'stream'): asserts name is string {
   if (typeof name !== 'string' || !NAME_RE.test(name)) {
     throw new ApiError(
       400,
       'invalid_name',
       `${what} name must be 1-200 characters of letters, digits and . _ : - (got ${JSON.stringify(name)?.slice(0, 80)})`,
+    );
+  }
+}
+
+/** An event type, when given; `where` names the event in the message. */
+export function assertType(type: unknown, where: string): asserts type is string | undefined {
+  if (type !== undefined && (typeof type !== 'string' || !TYPE_RE.test(type) || LONE_SURROGATE.test(type))) {
+    throw invalid(`${where}.type must be 1-200 characters without control characters`);
+  }
+}
+
+/** An idempotency key (events and jobs), when given; `where` names the event or job in the message. */
+export function assertKey(key: unknown, where: string): asserts key is string | undefined {
+  if (
+    key !== undefined &&
+    (typeof key !== 'string' ||
+      key.length < 1 ||
+      // Up to 200 UTF-16 units is at most 200 code points: count only longer keys.
+      (key.length > KEY_MAX_LENGTH && codePoints(key) > KEY_MAX_LENGTH) ||
+      // PostgreSQL text cannot hold NUL, and a lone surrogate would be stored as U+FFFD (two
+      // different keys colliding).
+      key.includes('\u0000') ||
+      LONE_SURROGATE.test(key))
+  ) {
+    throw invalid(
+      `${where}.key must be a string of 1-${KEY_MAX_LENGTH} characters (no NUL, well-formed Unicode)`,
     );
   }
 }
@@ -48,37 +81,13 @@ export function toEventInput(
 ): EventInput {
   assertName(stream);
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw new ApiError(400, 'invalid_request', `${where} must be a JSON object with a "data" property`);
+    throw invalid(`${where} must be a JSON object with a "data" property`);
   }
   if (!('data' in body) || body.data === undefined) {
-    throw new ApiError(400, 'invalid_request', `${where} must have required property 'data'`);
+    throw invalid(`${where} must have required property 'data'`);
   }
-  if (
-    body.type !== undefined &&
-    (typeof body.type !== 'string' || !TYPE_RE.test(body.type) || LONE_SURROGATE.test(body.type))
-  ) {
-    throw new ApiError(
-      400,
-      'invalid_request',
-      `${where}.type must be 1-200 characters without control characters`,
-    );
-  }
-  if (
-    body.key !== undefined &&
-    (typeof body.key !== 'string' ||
-      body.key.length < 1 ||
-      (body.key.length > 200 && codePoints(body.key) > 200) ||
-      // PostgreSQL text cannot hold NUL, and a lone surrogate would be stored as U+FFFD (two
-      // different keys colliding).
-      body.key.includes('\u0000') ||
-      LONE_SURROGATE.test(body.key))
-  ) {
-    throw new ApiError(
-      400,
-      'invalid_request',
-      `${where}.key must be a string of 1-200 characters (no NUL, well-formed Unicode)`,
-    );
-  }
+  assertType(body.type, where);
+  assertKey(body.key, where);
   const data = JSON.stringify(body.data);
   // Cheap bound first: a UTF-16 length can be at most 3 UTF-8 bytes per unit.
   if (data.length * 3 > maxEventBytes && Buffer.byteLength(data) > maxEventBytes) {

@@ -4,7 +4,7 @@
  * stand on their own for callers that do not come through HTTP.
  */
 import { ApiError } from '../http/errors.ts';
-import { assertName } from '../feed/validate.ts';
+import { assertKey, assertName } from '../feed/validate.ts';
 import type { JobInput } from './enqueue.ts';
 
 export const DEFAULT_MAX_ATTEMPTS = 5;
@@ -34,9 +34,6 @@ export interface JobBody {
   maxAttempts?: number;
   backoff?: Backoff;
 }
-
-/** With the `u` flag only an unpaired surrogate matches: text that is not well-formed Unicode. */
-const LONE_SURROGATE = /\p{Cs}/u;
 
 const bad = (message: string) => new ApiError(400, 'invalid_request', message);
 
@@ -70,18 +67,7 @@ export function toJobInput(queue: string, body: JobBody, maxPayloadBytes: number
   if (!Number.isInteger(priority) || Math.abs(priority) > PRIORITY_LIMIT) {
     throw bad(`${where}.priority must be an integer from -${PRIORITY_LIMIT} to ${PRIORITY_LIMIT}`);
   }
-  if (
-    body.key !== undefined &&
-    (typeof body.key !== 'string' ||
-      body.key.length < 1 ||
-      body.key.length > 200 ||
-      // PostgreSQL text cannot hold NUL, and a lone surrogate would be stored as U+FFFD (two
-      // different keys colliding).
-      body.key.includes('\u0000') ||
-      LONE_SURROGATE.test(body.key))
-  ) {
-    throw bad(`${where}.key must be a string of 1-200 characters (no NUL, well-formed Unicode)`);
-  }
+  assertKey(body.key, where);
   const maxAttempts = body.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > MAX_ATTEMPTS_LIMIT) {
     throw bad(`${where}.maxAttempts must be an integer from 1 to ${MAX_ATTEMPTS_LIMIT}`);

@@ -1,5 +1,5 @@
 /**
- * Queue history retention, for the janitor. The queues' schema (migrations/0002_queues.ts) keeps no
+ * Queue history retention, for the janitor. The queues' schema (migrations/0001_baseline.ts) keeps no
  * completed history in the hot table — an ack deletes the job and counts it in
  * commitfeed.queues.completed — so the only history that grows is dead jobs (out of attempts, kept
  * for inspection and redrive). Those are deleted once `dead_at` is older than the retention, in small

@@ -2,7 +2,7 @@
  * Retention SQL: the feed's partitions, the trim mark and feed statistics. The janitor (janitor.ts)
  * drives these; `npm run maint` and /metrics read the statistics. Every function takes `(db | trx)`.
  *
- * The feed is range-partitioned by created_at (migrations/0010). Partitions are named after their
+ * The feed is range-partitioned by created_at (migrations/0001_baseline.ts). Partitions are named after their
  * UTC lower bound (`feed_p20260102_000000`); `feed_history` holds rows that predate partitioning and
  * `feed_default` catches rows no partition covers (only if the janitor fell behind).
  */
