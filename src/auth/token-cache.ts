@@ -1,11 +1,13 @@
 /**
- * Verified tokens, kept so a busy client does not pay a signature check per request.
+ * Verified tokens, kept so a busy client does not pay a signature check per request. Entries are
+ * keyed by tokenCacheKey (the signed content and the signature's bytes), so the spellings of one
+ * token share an entry and cannot be used to force a signature check per request.
  *
  * Lifecycle: one per app, in memory. A cached token is refused once past its `exp`; at `max`
  * entries the cache is emptied (simplest bound: a flood of distinct tokens costs re-verification,
  * never memory).
  */
-import { type Principal, TokenError, type Verifier } from './tokens.ts';
+import { type Principal, TokenError, type Verifier, tokenCacheKey } from './tokens.ts';
 
 export class TokenCache {
   private readonly map = new Map<string, Principal>();
@@ -15,15 +17,17 @@ export class TokenCache {
   ) {}
 
   async get(token: string): Promise<Principal> {
-    const hit = this.map.get(token);
+    const key = tokenCacheKey(token);
+    const hit = key === undefined ? undefined : this.map.get(key);
     if (hit !== undefined) {
       if (hit.expiresAt === undefined || hit.expiresAt > Date.now()) return hit;
-      this.map.delete(token);
+      this.map.delete(key!);
       throw new TokenError('the token has expired');
     }
     const p = await this.verifier.verify(token);
+    if (key === undefined) return p;
     if (this.map.size >= this.max) this.map.clear();
-    this.map.set(token, p);
+    this.map.set(key, p);
     return p;
   }
 }

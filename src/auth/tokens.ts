@@ -18,7 +18,7 @@
  * key is pinned to (e.g. HS256 signed with a public key as the secret), are rejected before any
  * signature check.
  */
-import { createPublicKey } from 'node:crypto';
+import { createHash, createPublicKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
   type JSONWebKeySet,
@@ -40,7 +40,8 @@ export const ACTIONS: readonly Action[] = ['publish', 'subscribe', 'enqueue', 'w
 export interface Principal {
   /** The token's `sub`, for logs; undefined when auth is off. */
   subject: string | undefined;
-  /** Identifies the token itself (for per-token connection limits); '' when auth is off. */
+  /** Identifies the token by what it says, not how it is encoded (for per-token connection limits);
+   * '' when auth is off. See tokenIdentity. */
   tokenId: string;
   /** Expiry in ms since the epoch, or undefined for a token without `exp`. */
   expiresAt: number | undefined;
@@ -224,7 +225,7 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
         for (const c of candidates) {
           try {
             const { payload } = await jwtVerify(token, c.key, { ...options, algorithms: c.algs as string[] });
-            return principalFromClaims(payload, tokenId(token));
+            return principalFromClaims(payload, tokenIdentity(token, payload));
           } catch (err) {
             if (!(err instanceof errors.JWSSignatureVerificationFailed)) throw err;
             last = err;
@@ -232,7 +233,7 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
         }
         if (jwks?.algs.includes(alg)) {
           const { payload } = await jwtVerify(token, jwks.get, { ...options, algorithms: jwks.algs });
-          return principalFromClaims(payload, tokenId(token));
+          return principalFromClaims(payload, tokenIdentity(token, payload));
         }
         throw last;
       } catch (err) {
@@ -242,9 +243,35 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
   };
 }
 
-/** The signature part: unique per token, short enough to key a map. */
-function tokenId(token: string): string {
-  return token.slice(token.lastIndexOf('.') + 1, token.lastIndexOf('.') + 44);
+const sha256 = (text: string): string => createHash('sha256').update(text).digest('base64url');
+
+/**
+ * The identity of a verified token, for per-token limits: its `jti` (scoped by issuer) when it has
+ * one, else a hash of its signed content (header and payload as signed). The signature is left out
+ * on purpose: base64url leaves unused low bits in the last character (an HS256 signature has four
+ * spellings), and ECDSA signatures are malleable ((r, s) and (r, n - s) both verify), so the same
+ * token can be presented with different signature text or even different signature bytes.
+ */
+export function tokenIdentity(token: string, payload: JWTPayload): string {
+  if (typeof payload.jti === 'string' && payload.jti !== '') {
+    return `jti:${sha256(`${payload.iss ?? ''}\n${payload.jti}`)}`;
+  }
+  return `jws:${sha256(token.slice(0, token.lastIndexOf('.')))}`;
+}
+
+const B64URL_RE = /^[A-Za-z0-9_-]*$/;
+
+/**
+ * A cache key for a token before it is verified: the signed content as sent (any change to it breaks
+ * the signature) and the signature's decoded bytes, so the spellings of one signature share an
+ * entry. A token that is not three base64url parts gets no key (it is verified, and refused, every
+ * time). Hashed: entries cost the same whatever the token's size.
+ */
+export function tokenCacheKey(token: string): string | undefined {
+  const dot = token.lastIndexOf('.');
+  const signature = token.slice(dot + 1);
+  if (dot < 0 || !B64URL_RE.test(signature)) return undefined;
+  return sha256(`${token.slice(0, dot)}.${Buffer.from(signature, 'base64url').toString('base64url')}`);
 }
 
 function reason(err: unknown): string {

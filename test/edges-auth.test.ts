@@ -1,0 +1,127 @@
+// Access-control edges: a token is one token whatever its encoding, HEAD on SSE routes answers at
+// once, tokens in URLs never reach the log, internal queue streams are in no listing, and one
+// clock-skew rule holds on first use, on later (cached) use and for open streams.
+import { generateKeyPairSync } from 'node:crypto';
+import http from 'node:http';
+import { SignJWT } from 'jose';
+import t from 'tap';
+import { TokenCache } from '../src/auth/token-cache.ts';
+import { createVerifier, mintToken } from '../src/auth/tokens.ts';
+import { parseSse, textChunks } from '../src/client/sse.ts';
+import { openSse, sleep, startTestServer, testDatabase, until } from './helpers.ts';
+
+const SECRET = 'test-secret-0123456789-0123456789-abcdef';
+const B64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+
+type Scopes = Parameters<typeof mintToken>[0]['scopes'];
+const token = (scopes: Scopes, ttl: string | number = '1h') =>
+  mintToken({ secret: SECRET, scopes, ttl, subject: 'edges' });
+
+/**
+ * The other encodings of the same signature: an HS256 signature is 32 bytes, 43 base64url characters
+ * carrying 258 bits, so the last character's 2 low bits are unused and decoders ignore them.
+ */
+function variants(jwt: string): string[] {
+  const last = jwt[jwt.length - 1];
+  const i = B64URL.indexOf(last);
+  const out: string[] = [];
+  for (let k = 0; k < 4; k++) {
+    const c = B64URL[(i & ~3) | k];
+    if (c !== last) out.push(jwt.slice(0, -1) + c);
+  }
+  return out;
+}
+
+async function status(url: string, tok: string, headers: Record<string, string> = {}): Promise<number> {
+  const res = await fetch(url, { headers: { authorization: `Bearer ${tok}`, ...headers } });
+  await res.body?.cancel();
+  return res.status;
+}
+
+/** A token with an explicit `exp` (seconds since the epoch). */
+function expiringAt(exp: number): Promise<string> {
+  return new SignJWT({ commitfeed: { subscribe: ['*'] } })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuedAt(exp - 60)
+    .setExpirationTime(exp)
+    .sign(new TextEncoder().encode(SECRET));
+}
+
+t.test('a token is identified by its verified content, not its encoding', async (t) => {
+  const verifier = await createVerifier({ jwtSecret: SECRET });
+  const tok = await token({ subscribe: ['*'] });
+  const vs = variants(tok);
+  t.equal(vs.length, 3, 'three other encodings of the same signature');
+  const original = await verifier.verify(tok);
+  for (const v of vs) {
+    const p = await verifier.verify(v);
+    t.equal(p.tokenId, original.tokenId, 'a re-encoded signature is the same token');
+  }
+  const other = await verifier.verify(await token({ subscribe: ['*'] }, '2h'));
+  t.not(other.tokenId, original.tokenId, 'another token has another identity');
+
+  let verified = 0;
+  const cache = new TokenCache({
+    algorithms: verifier.algorithms,
+    verify: (x) => {
+      verified++;
+      return verifier.verify(x);
+    },
+  });
+  await cache.get(tok);
+  for (const v of vs) await cache.get(v);
+  t.equal(verified, 1, 'the cache knows every encoding of a verified token');
+  const bad = `${tok.slice(0, tok.lastIndexOf('.') + 1)}${'A'.repeat(43)}`;
+  await t.rejects(cache.get(bad), /signature/, 'a wrong signature is still checked');
+
+  const withJti = (iat: number) =>
+    new SignJWT({ commitfeed: { subscribe: ['*'] } })
+      .setProtectedHeader({ alg: 'HS256' })
+      .setJti('session-1')
+      .setIssuedAt(iat)
+      .sign(new TextEncoder().encode(SECRET));
+  const now = Math.floor(Date.now() / 1000);
+  t.equal(
+    (await verifier.verify(await withJti(now))).tokenId,
+    (await verifier.verify(await withJti(now - 1))).tokenId,
+    'a `jti` names the token',
+  );
+
+  // ECDSA signatures are malleable: (r, n - s) verifies like (r, s), with other bytes.
+  const { publicKey, privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  const es = await createVerifier({
+    jwtPublicKey: publicKey.export({ type: 'spki', format: 'pem' }) as string,
+  });
+  const signed = await new SignJWT({ commitfeed: { subscribe: ['*'] } })
+    .setProtectedHeader({ alg: 'ES256' })
+    .sign(privateKey);
+  const sig = Buffer.from(signed.slice(signed.lastIndexOf('.') + 1), 'base64url');
+  const n = 0xffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551n;
+  const s2 = n - BigInt(`0x${sig.subarray(32).toString('hex')}`);
+  const flipped = Buffer.concat([sig.subarray(0, 32), Buffer.from(s2.toString(16).padStart(64, '0'), 'hex')]);
+  const twin = `${signed.slice(0, signed.lastIndexOf('.'))}.${flipped.toString('base64url')}`;
+  t.not(twin, signed);
+  t.equal(
+    (await es.verify(twin)).tokenId,
+    (await es.verify(signed)).tokenId,
+    'an ECDSA twin is the same token',
+  );
+
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, { jwtSecret: SECRET, maxSsePerToken: 2 });
+  const u = `${server.url}/v1/streams/s/events`;
+  t.equal(await status(u, vs[0]), 200, 'a re-encoded token is accepted');
+  const a = await openSse(t, u, { authorization: `Bearer ${tok}` });
+  const b = await openSse(t, u, { authorization: `Bearer ${vs[0]}` });
+  t.equal(a.status, 200);
+  t.equal(b.status, 200);
+  for (const v of [tok, ...vs]) {
+    t.equal(
+      await status(u, v, { accept: 'text/event-stream' }),
+      429,
+      'every encoding counts against the one limit',
+    );
+  }
+  a.close();
+  b.close();
+});
