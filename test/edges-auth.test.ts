@@ -125,3 +125,49 @@ t.test('a token is identified by its verified content, not its encoding', async 
   a.close();
   b.close();
 });
+
+/** A HEAD request on a raw socket-level client; fails loudly when no answer comes within `ms`. */
+function head(
+  url: string,
+  headers: Record<string, string>,
+  ms = 3000,
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: number }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'HEAD', headers }, (res) => {
+      let body = 0;
+      res.on('data', (d: Buffer) => (body += d.length));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.setTimeout(ms, () => req.destroy(new Error(`HEAD ${url}: no complete answer within ${ms} ms`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+t.test('HEAD on an SSE route answers at once with the GET headers and holds nothing', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, { jwtSecret: SECRET, maxSsePerToken: 1 });
+  const tok = await token({ subscribe: ['*'], enqueue: ['jobs'] });
+  const sse = { accept: 'text/event-stream', authorization: `Bearer ${tok}` };
+  for (const path of ['/v1/streams/s/events', '/v1/events?stream=s&stream=t', '/v1/queues/jobs/events']) {
+    // Twice with a limit of one: the first HEAD's slot must be free again.
+    for (const round of [1, 2]) {
+      const res = await head(`${server.url}${path}`, sse);
+      t.equal(res.status, 200, `HEAD ${path} (${round}): the GET's status`);
+      t.match(res.headers['content-type'], /^text\/event-stream/, `HEAD ${path}: the GET's content type`);
+      t.equal(res.headers['cache-control'], 'no-cache, no-transform');
+      t.equal(res.body, 0, 'no body');
+      await until(() => server.feed.hub.subscriberCount === 0, 3000, `no subscriber left by HEAD ${path}`);
+      await until(() => server.app.sseByToken.size === 0, 3000, `no connection slot left by HEAD ${path}`);
+    }
+  }
+  const refused = await head(`${server.url}/v1/streams/s/events`, { accept: 'text/event-stream' });
+  t.equal(refused.status, 401, 'HEAD without a token: the GET status');
+  const json = await head(`${server.url}/v1/streams/s/events`, { authorization: `Bearer ${tok}` });
+  t.equal(json.status, 200, 'HEAD of a JSON read');
+  t.match(json.headers['content-type'], /^application\/json/);
+  // A real stream still works after the HEADs.
+  const live = await openSse(t, `${server.url}/v1/streams/s/events`, { authorization: `Bearer ${tok}` });
+  t.equal(live.status, 200);
+  live.close();
+});
