@@ -171,3 +171,59 @@ t.test('HEAD on an SSE route answers at once with the GET headers and holds noth
   t.equal(live.status, 200);
   live.close();
 });
+
+t.test('a token in the URL never reaches the log, however the URL spells its name', async (t) => {
+  // pino writes to process.stdout itself once its write has been replaced: capture every log line.
+  const lines: string[] = [];
+  const write = process.stdout.write;
+  process.stdout.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString();
+    if (text.startsWith('{"level"')) {
+      lines.push(text);
+      return true;
+    }
+    return (write as (...a: unknown[]) => boolean).call(process.stdout, chunk, ...rest);
+  }) as typeof process.stdout.write;
+  t.teardown(() => {
+    process.stdout.write = write;
+  });
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, { jwtSecret: SECRET, logLevel: 'debug' });
+  const tok = await token({ subscribe: ['*'] });
+  const signature = tok.slice(tok.lastIndexOf('.') + 1);
+  const u = server.url;
+  const cases: [string, number][] = [
+    [`/v1/streams/s/events?access_token=${tok}`, 200],
+    [`/v1/streams/s/events?access%5Ftoken=${tok}`, 200],
+    [`/v1/streams/s/events?wait=0&access%5ftoken=${tok}&limit=5`, 200],
+    [`/v1/streams/s/events?%61ccess%5Ftoken=${tok}`, 200],
+    [`/v1/streams/s/events?ACCESS_TOKEN=${tok}`, 401],
+    [`/v1/streams/s/events?Access%5FToken=${tok}`, 401],
+    [`/v1/streams/s/events?access_token=${tok}&access_token=${tok}`, 401],
+    [`/v1/streams/s/events?access_token=${tok}x`, 401],
+    [`/v1/streams/s/events?access%5Ftoken=${tok}&limit=oops`, 400],
+    [`/v1/nowhere?access%5Ftoken=${tok}`, 404],
+    [`/v1/streams/s/events?access%5Ftoken=${tok}%`, 401],
+  ];
+  for (const [path, expected] of cases) {
+    const res = await fetch(`${u}${path}`);
+    await res.body?.cancel();
+    t.equal(res.status, expected, `${path.replace(tok, '<jwt>')}: ${expected}`);
+  }
+  const sse = await openSse(t, `${u}/v1/streams/s/events?access%5Ftoken=${tok}`);
+  t.equal(sse.status, 200);
+  sse.close();
+  await until(
+    () => lines.filter((l) => l.includes('"incoming request"')).length >= cases.length + 1,
+    5000,
+    'every request logged',
+  );
+  await until(() => server.feed.hub.subscriberCount === 0, 3000, 'the stream closed');
+  t.ok(lines.length > cases.length, `${lines.length} log lines captured`);
+  t.ok(
+    lines.some((l) => l.includes('access%5Ftoken=[redacted]')),
+    'the parameter is still visible, its value is not',
+  );
+  const leaks = lines.filter((l) => l.includes(signature));
+  t.same(leaks, [], 'no log line holds the token');
+});
