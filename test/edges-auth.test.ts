@@ -227,3 +227,53 @@ t.test('a token in the URL never reaches the log, however the URL spells its nam
   const leaks = lines.filter((l) => l.includes(signature));
   t.same(leaks, [], 'no log line holds the token');
 });
+
+t.test('internal queue wake-up streams are in no user-visible listing', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, { jwtSecret: SECRET });
+  const u = server.url;
+  const all = await token({ subscribe: ['*'], publish: ['*'] });
+  const producer = await token({ enqueue: ['billing', 'zeta'] });
+  for (const q of ['billing', 'zeta']) {
+    const res = await fetch(`${u}/v1/queues/${q}/jobs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${producer}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ payload: 1 }),
+    });
+    t.equal(res.status, 201, `job enqueued on ${q}`);
+  }
+  for (const s of ['alpha', 'queue', 'queues.x', 'z']) {
+    const res = await fetch(`${u}/v1/streams/${s}/events`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${all}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ data: s }),
+    });
+    t.equal(res.status, 201, `published to ${s}`);
+  }
+  const list = async (query = '') => {
+    const res = await fetch(`${u}/v1/streams${query}`, { headers: { authorization: `Bearer ${all}` } });
+    t.equal(res.status, 200);
+    return (await res.json()) as { streams: { name: string }[]; more: boolean };
+  };
+  const full = await list();
+  t.same(
+    full.streams.map((s) => s.name),
+    ['alpha', 'queue', 'queues.x', 'z'],
+    'only user streams, to a token that may read every stream',
+  );
+  t.equal(full.more, false);
+  const page = await list('?limit=2');
+  t.same(
+    page.streams.map((s) => s.name),
+    ['alpha', 'queue'],
+    'a page holds `limit` user streams',
+  );
+  t.equal(page.more, true, 'and says more follow');
+  const four = await list('?limit=4');
+  t.equal(four.streams.length, 4);
+  t.equal(four.more, false, 'internal streams do not count as more');
+  for (const path of ['/v1/streams/queue%2Fbilling/events', '/v1/events?stream=queue%2Fbilling']) {
+    t.equal(await status(`${u}${path}`, all), 400, `${path}: not a readable stream`);
+    t.equal(await status(`${u}${path}`, all, { accept: 'text/event-stream' }), 400, `${path} (SSE)`);
+  }
+});
