@@ -6,7 +6,7 @@ import http from 'node:http';
 import { SignJWT } from 'jose';
 import t from 'tap';
 import { TokenCache } from '../src/auth/token-cache.ts';
-import { createVerifier, mintToken } from '../src/auth/tokens.ts';
+import { CLOCK_TOLERANCE_S, createVerifier, mintToken } from '../src/auth/tokens.ts';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import { openSse, sleep, startTestServer, testDatabase, until } from './helpers.ts';
 
@@ -276,4 +276,35 @@ t.test('internal queue wake-up streams are in no user-visible listing', async (t
     t.equal(await status(`${u}${path}`, all), 400, `${path}: not a readable stream`);
     t.equal(await status(`${u}${path}`, all, { accept: 'text/event-stream' }), 400, `${path} (SSE)`);
   }
+});
+
+t.test('one clock-skew rule: first use, cached use and open streams agree', async (t) => {
+  t.equal(CLOCK_TOLERANCE_S, 5, 'the tolerance the cases below are built around');
+  const cache = new TokenCache(await createVerifier({ jwtSecret: SECRET }));
+  const now = Math.floor(Date.now() / 1000);
+  const recent = await expiringAt(now - 3);
+  const p = await cache.get(recent);
+  t.ok(p, 'expired 3 s ago (within the tolerance): accepted on first use');
+  t.equal(await cache.get(recent), p, 'and on the next use');
+  const old = await expiringAt(now - 7);
+  await t.rejects(cache.get(old), /expired/, 'expired 7 s ago: refused on first use');
+  await t.rejects(cache.get(old), /expired/, 'and on the next use');
+
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, { jwtSecret: SECRET });
+  const exp = Math.floor(Date.now() / 1000) + 1;
+  const short = await expiringAt(exp);
+  const res = await fetch(`${server.url}/v1/streams/s/events`, {
+    headers: { accept: 'text/event-stream', authorization: `Bearer ${short}` },
+  });
+  t.equal(res.status, 200);
+  const msgs = [];
+  for await (const m of parseSse(textChunks(res.body!))) msgs.push(m);
+  const endedAt = Date.now();
+  t.equal(msgs[msgs.length - 1]?.event, 'auth-expired', 'the stream ends with auth-expired');
+  const due = (exp + CLOCK_TOLERANCE_S) * 1000;
+  t.ok(endedAt >= due, `not before exp + tolerance (ended ${endedAt - due} ms after it)`);
+  t.ok(endedAt < due + 1500, `at exp + tolerance (ended ${endedAt - due} ms after it)`);
+  t.equal(await status(`${server.url}/v1/streams/s/events`, short), 401, 'and the token is refused after');
+  await sleep(0);
 });

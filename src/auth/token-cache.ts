@@ -3,7 +3,8 @@
  * keyed by tokenCacheKey (the signed content and the signature's bytes), so the spellings of one
  * token share an entry and cannot be used to force a signature check per request.
  *
- * Lifecycle: one per app, in memory. A cached token is refused once past its `exp`; at `max`
+ * Lifecycle: one per app, in memory. A cached token is refused from its `acceptedUntil` (`exp` plus
+ * the clock tolerance verification allows, so first and later uses get the same answer); at `max`
  * entries the cache is emptied (simplest bound: a flood of distinct tokens costs re-verification,
  * never memory).
  */
@@ -20,7 +21,7 @@ export class TokenCache {
     const key = tokenCacheKey(token);
     const hit = key === undefined ? undefined : this.map.get(key);
     if (hit !== undefined) {
-      if (hit.expiresAt === undefined || hit.expiresAt > Date.now()) return hit;
+      if (hit.acceptedUntil === undefined || hit.acceptedUntil > Date.now()) return hit;
       this.map.delete(key!);
       throw new TokenError('the token has expired');
     }

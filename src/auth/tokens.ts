@@ -33,6 +33,12 @@ import {
 } from 'jose';
 
 export const CLAIM = 'commitfeed';
+/**
+ * Seconds of clock skew allowed on `exp` and `nbf` between token issuers and this server. One rule
+ * everywhere: a token is accepted until `exp` + this, on first use (verification), on later use (the
+ * token cache) and by open SSE streams, which end then.
+ */
+export const CLOCK_TOLERANCE_S = 5;
 export type Action = 'publish' | 'subscribe' | 'enqueue' | 'work';
 export const ACTIONS: readonly Action[] = ['publish', 'subscribe', 'enqueue', 'work'];
 
@@ -43,8 +49,9 @@ export interface Principal {
   /** Identifies the token by what it says, not how it is encoded (for per-token connection limits);
    * '' when auth is off. See tokenIdentity. */
   tokenId: string;
-  /** Expiry in ms since the epoch, or undefined for a token without `exp`. */
-  expiresAt: number | undefined;
+  /** When the token stops being accepted, in ms since the epoch: `exp` + CLOCK_TOLERANCE_S (the
+   * same instant verification uses); undefined for a token without `exp`. */
+  acceptedUntil: number | undefined;
   can(action: Action, name: string): boolean;
   admin: boolean;
 }
@@ -53,7 +60,7 @@ export interface Principal {
 export const OPEN: Principal = Object.freeze({
   subject: undefined,
   tokenId: '',
-  expiresAt: undefined,
+  acceptedUntil: undefined,
   can: () => true,
   admin: true,
 });
@@ -98,7 +105,7 @@ export function principalFromClaims(payload: JWTPayload, tokenId: string): Princ
   return {
     subject: typeof payload.sub === 'string' ? payload.sub : undefined,
     tokenId,
-    expiresAt: typeof payload.exp === 'number' ? payload.exp * 1000 : undefined,
+    acceptedUntil: typeof payload.exp === 'number' ? (payload.exp + CLOCK_TOLERANCE_S) * 1000 : undefined,
     can: (action, name) => checks.get(action)!(name),
     admin: claim.admin === true,
   };
@@ -202,7 +209,9 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
   const options = {
     issuer: k.jwtIssuer || undefined,
     audience: k.jwtAudience || undefined,
-    clockTolerance: 5,
+    // jose refuses once floor(now / 1000) - tolerance >= exp, i.e. from (exp + tolerance) * 1000 ms:
+    // acceptedUntil is that instant.
+    clockTolerance: CLOCK_TOLERANCE_S,
   };
 
   return {
