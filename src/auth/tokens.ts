@@ -18,7 +18,7 @@
  * key is pinned to (e.g. HS256 signed with a public key as the secret), are rejected before any
  * signature check.
  */
-import { createHash, createPublicKey } from 'node:crypto';
+import { createPublicKey, hash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
   type JSONWebKeySet,
@@ -252,7 +252,7 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
   };
 }
 
-const sha256 = (text: string): string => createHash('sha256').update(text).digest('base64url');
+const sha256 = (text: string): string => hash('sha256', text, 'base64url');
 
 /**
  * The identity of a verified token, for per-token limits: its `jti` (scoped by issuer) when it has
@@ -280,7 +280,12 @@ export function tokenCacheKey(token: string): string | undefined {
   const dot = token.lastIndexOf('.');
   const signature = token.slice(dot + 1);
   if (dot < 0 || !B64URL_RE.test(signature)) return undefined;
-  return sha256(`${token.slice(0, dot)}.${Buffer.from(signature, 'base64url').toString('base64url')}`);
+  // The decoded signature as latin1 text: one character per byte, so distinct bytes stay distinct.
+  return hash(
+    'sha256',
+    token.slice(0, dot + 1) + Buffer.from(signature, 'base64url').toString('latin1'),
+    'base64url',
+  );
 }
 
 function reason(err: unknown): string {
