@@ -7,7 +7,7 @@ import path from 'node:path';
 import { SignJWT, exportJWK } from 'jose';
 import t from 'tap';
 import { resolveAuthMode } from '../src/auth/mode.ts';
-import { matcher, mintToken } from '../src/auth/tokens.ts';
+import { CLOCK_TOLERANCE_S, matcher, mintToken } from '../src/auth/tokens.ts';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import { loadConfig } from '../src/config.ts';
 import { startServer } from '../src/server.ts';
@@ -223,6 +223,7 @@ t.test('jwt mode: deny by default, scopes, sources, replay, SSE expiry and limit
 
   t.test('an expiring token ends an open stream with auth-expired', async (t) => {
     const short = await token({ subscribe: ['orders.*'] }, 2);
+    const exp = JSON.parse(Buffer.from(short.split('.')[1], 'base64url').toString()).exp as number;
     const res = await fetch(`${u}/v1/streams/orders.eu/events?from=earliest`, {
       headers: { accept: 'text/event-stream', authorization: `Bearer ${short}` },
     });
@@ -233,7 +234,10 @@ t.test('jwt mode: deny by default, scopes, sources, replay, SSE expiry and limit
     const last = msgs[msgs.length - 1];
     t.equal(last.event, 'auth-expired', 'the last frame is auth-expired');
     t.match(JSON.parse(last.data!), { code: 'auth_expired' });
-    t.ok(Date.now() - started < 5000, 'ended at expiry');
+    // Expiry is `exp` plus the clock tolerance verification allows (one rule for every path).
+    const due = (exp + CLOCK_TOLERANCE_S) * 1000;
+    t.ok(Date.now() >= due && Date.now() < due + 1500, `ended at expiry (${Date.now() - due} ms after it)`);
+    t.ok(Date.now() - started < 9000, 'ended within ttl + tolerance');
     t.ok(
       msgs.some((m) => m.data === '1'),
       'events were delivered before expiry',

@@ -10,8 +10,9 @@
  *   the `access_token` query parameter (EventSource cannot set headers), the `commitfeed_token`
  *   cookie. `access_token` is removed from the query before validation, so every route accepts it
  *   and no route sees it.
- * - tokens.ts verifies it (keys, pinned algorithms, the `commitfeed` claim); token-cache.ts keeps
- *   verified tokens until they expire.
+ * - tokens.ts verifies it (keys, pinned algorithms, the `commitfeed` claim, CLOCK_TOLERANCE_S) and
+ *   names it by its content, not its encoding (tokenIdentity); token-cache.ts keeps verified tokens,
+ *   keyed by signature bytes, until `exp` + the tolerance.
  * - The onRequest hook here (before the body is read): a protected route without a valid token is a
  *   401; a route with `config: { access: 'admin' }` also needs `admin: true` (403).
  * - policy.ts — public routes (`config: { access: 'public' }`, CORS preflights, 404s, and the paths
@@ -20,7 +21,8 @@
  * - sse-admission.ts — `admitSse` enforces the per-token connection limit (429) before a stream
  *   opens, ends the stream with `event: auth-expired` when the token expires, and frees the slot on
  *   close.
- * - cors.ts — CORS_ORIGINS; redact.ts — `access_token` values kept out of request logs.
+ * - cors.ts — CORS_ORIGINS; redact.ts — `access_token` values kept out of request logs (through
+ *   redactUrl in token-source.ts, whatever the spelling of the parameter name).
  */
 import type { FastifyInstance } from 'fastify';
 import type { Config } from '../config.ts';

@@ -1,13 +1,15 @@
-/** Request-log redaction: tokens sent in the URL (`access_token`) never reach the logs. */
-import { TOKEN_QUERY } from './token-source.ts';
+/**
+ * Request-log redaction: the request serializer shows the URL through redactUrl (token-source.ts),
+ * the one function every logged URL goes through, so a token sent in the query string never reaches
+ * the log, whatever the spelling of its parameter name.
+ */
+import { redactUrl } from './token-source.ts';
 
-/** Log serializer for requests: the URL without the `access_token` value. */
+/** Log serializer for requests: the URL through redactUrl. */
 export function redactedRequest(req: { method: string; url: string; ip?: string; id?: string }) {
   return {
     method: req.method,
-    url: req.url.includes(TOKEN_QUERY)
-      ? req.url.replace(/([?&]access_token=)[^&#]*/gi, '$1[redacted]')
-      : req.url,
+    url: redactUrl(req.url),
     host: (req as { host?: string }).host,
     remoteAddress: req.ip,
   };

@@ -1,6 +1,7 @@
 /**
  * SSE admission and expiry: a per-token limit on open streams (429 before the stream opens), and the
- * end of a stream with `event: auth-expired` when its token expires.
+ * end of a stream with `event: auth-expired` when its token stops being accepted (`exp` plus the
+ * clock tolerance, the same instant a new request with it is refused).
  *
  * Lifecycle: a slot is taken at admission and freed when the connection closes; the expiry timer is
  * armed once the stream is open and cleared on close. Counts live on the app (`sseByToken`), so
@@ -53,10 +54,10 @@ export function admitSse(
     else counts.set(id, n);
   });
   return (end) => {
-    const expiresAt = p?.expiresAt;
-    if (expiresAt === undefined || closed) return;
+    const until = p?.acceptedUntil;
+    if (until === undefined || closed) return;
     const arm = () => {
-      const left = expiresAt - Date.now();
+      const left = until - Date.now();
       if (left <= 0) return end(AUTH_EXPIRED_FRAME);
       timer = setTimeout(arm, Math.min(left, MAX_DELAY));
     };

@@ -1,11 +1,15 @@
 /**
- * Verified tokens, kept so a busy client does not pay a signature check per request.
+ * Verified tokens, kept so a busy client does not pay a signature check per request. A token is
+ * found by its exact text (the hot path: a map lookup), else by tokenCacheKey (the signed content
+ * and the signature's bytes, a hash), so the spellings of one token share one verification and
+ * cannot be used to force a signature check per request; a new spelling is then remembered too.
  *
- * Lifecycle: one per app, in memory. A cached token is refused once past its `exp`; at `max`
+ * Lifecycle: one per app, in memory. A cached token is refused from its `acceptedUntil` (`exp` plus
+ * the clock tolerance verification allows, so first and later uses get the same answer); at `max`
  * entries the cache is emptied (simplest bound: a flood of distinct tokens costs re-verification,
  * never memory).
  */
-import { type Principal, TokenError, type Verifier } from './tokens.ts';
+import { type Principal, TokenError, type Verifier, tokenCacheKey } from './tokens.ts';
 
 export class TokenCache {
   private readonly map = new Map<string, Principal>();
@@ -15,15 +19,32 @@ export class TokenCache {
   ) {}
 
   async get(token: string): Promise<Principal> {
-    const hit = this.map.get(token);
+    const exact = this.map.get(token);
+    if (exact !== undefined) return this.fresh(exact, token);
+    const key = tokenCacheKey(token);
+    const hit = key === undefined ? undefined : this.map.get(key);
     if (hit !== undefined) {
-      if (hit.expiresAt === undefined || hit.expiresAt > Date.now()) return hit;
-      this.map.delete(token);
-      throw new TokenError('the token has expired');
+      this.remember(token, hit);
+      return this.fresh(hit, token);
     }
     const p = await this.verifier.verify(token);
-    if (this.map.size >= this.max) this.map.clear();
-    this.map.set(token, p);
+    if (key === undefined) return p;
+    this.remember(key, p);
+    this.remember(token, p);
     return p;
+  }
+
+  /** The principal while its token is accepted; else forgets every entry of the token and throws. */
+  private fresh(p: Principal, token: string): Principal {
+    if (p.acceptedUntil === undefined || p.acceptedUntil > Date.now()) return p;
+    this.map.delete(token);
+    const key = tokenCacheKey(token);
+    if (key !== undefined) this.map.delete(key);
+    throw new TokenError('the token has expired');
+  }
+
+  private remember(key: string, p: Principal): void {
+    if (this.map.size >= this.max) this.map.clear();
+    this.map.set(key, p);
   }
 }

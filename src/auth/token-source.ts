@@ -2,7 +2,14 @@
  * Where a request's token comes from, first found wins: `Authorization: Bearer <jwt>`, the
  * `access_token` query parameter (EventSource cannot set headers), the `commitfeed_token` cookie.
  * `access_token` is removed from the query as it is read, so every route accepts it and no route
- * (nor its query schema) sees it.
+ * (nor its query schema) sees it; the request's URL is rewritten through redactUrl then, so nothing
+ * that logs the URL later (request logs, error messages) can print the token.
+ *
+ * redactUrl is the one function every URL goes through before it can be logged (the request log
+ * serializer in redact.ts uses it too): every query parameter whose name decodes to `access_token`
+ * (percent-encoded in either hex case, `+` for space, any letter case) keeps its name and loses its
+ * value. The query parser decodes names before the token is looked up, so matching the literal text
+ * `access_token=` would miss spellings that still authenticate.
  */
 import type { FastifyRequest } from 'fastify';
 import { unauthorized } from './policy.ts';
@@ -24,6 +31,44 @@ export const securitySchemes = {
   },
 } as const;
 
+/** A query-string name as the query parser reads it; undecodable escapes are decoded one by one. */
+function decodeName(raw: string): string {
+  const plus = raw.replace(/\+/g, ' ');
+  try {
+    return decodeURIComponent(plus);
+  } catch {
+    return plus.replace(/%([0-9a-fA-F]{2})/g, (_, hex: string) =>
+      String.fromCharCode(Number.parseInt(hex, 16)),
+    );
+  }
+}
+
+const isTokenName = (raw: string): boolean => decodeName(raw).toLowerCase() === TOKEN_QUERY;
+
+/**
+ * The URL with the value of every `access_token` parameter replaced by `[redacted]`.
+ *
+ * @example redactUrl('/v1/events?access%5Ftoken=eyJ...&stream=a') // '/v1/events?access%5Ftoken=[redacted]&stream=a'
+ */
+export function redactUrl(url: string): string {
+  const q = url.indexOf('?');
+  if (q < 0) return url;
+  const hash = url.indexOf('#', q);
+  const end = hash < 0 ? url.length : hash;
+  let changed = false;
+  const pairs = url
+    .slice(q + 1, end)
+    .split('&')
+    .map((pair) => {
+      const eq = pair.indexOf('=');
+      const name = eq < 0 ? pair : pair.slice(0, eq);
+      if (eq < 0 || !isTokenName(name)) return pair;
+      changed = true;
+      return `${name}=[redacted]`;
+    });
+  return changed ? `${url.slice(0, q + 1)}${pairs.join('&')}${url.slice(end)}` : url;
+}
+
 /** Reads the token from the request, and takes `access_token` out of the query. */
 export function takeToken(request: FastifyRequest): string | undefined {
   let found: unknown;
@@ -37,6 +82,7 @@ export function takeToken(request: FastifyRequest): string | undefined {
   if (query && typeof query === 'object' && TOKEN_QUERY in query) {
     found ??= query[TOKEN_QUERY];
     delete query[TOKEN_QUERY];
+    if (request.raw.url !== undefined) request.raw.url = redactUrl(request.raw.url);
   }
   if (found === undefined && request.headers.cookie) found = cookie(request.headers.cookie, TOKEN_COOKIE);
   if (found === undefined) return undefined;

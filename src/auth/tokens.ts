@@ -18,7 +18,7 @@
  * key is pinned to (e.g. HS256 signed with a public key as the secret), are rejected before any
  * signature check.
  */
-import { createPublicKey } from 'node:crypto';
+import { createPublicKey, hash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
   type JSONWebKeySet,
@@ -33,6 +33,12 @@ import {
 } from 'jose';
 
 export const CLAIM = 'commitfeed';
+/**
+ * Seconds of clock skew allowed on `exp` and `nbf` between token issuers and this server. One rule
+ * everywhere: a token is accepted until `exp` + this, on first use (verification), on later use (the
+ * token cache) and by open SSE streams, which end then.
+ */
+export const CLOCK_TOLERANCE_S = 5;
 export type Action = 'publish' | 'subscribe' | 'enqueue' | 'work';
 export const ACTIONS: readonly Action[] = ['publish', 'subscribe', 'enqueue', 'work'];
 
@@ -40,10 +46,12 @@ export const ACTIONS: readonly Action[] = ['publish', 'subscribe', 'enqueue', 'w
 export interface Principal {
   /** The token's `sub`, for logs; undefined when auth is off. */
   subject: string | undefined;
-  /** Identifies the token itself (for per-token connection limits); '' when auth is off. */
+  /** Identifies the token by what it says, not how it is encoded (for per-token connection limits);
+   * '' when auth is off. See tokenIdentity. */
   tokenId: string;
-  /** Expiry in ms since the epoch, or undefined for a token without `exp`. */
-  expiresAt: number | undefined;
+  /** When the token stops being accepted, in ms since the epoch: `exp` + CLOCK_TOLERANCE_S (the
+   * same instant verification uses); undefined for a token without `exp`. */
+  acceptedUntil: number | undefined;
   can(action: Action, name: string): boolean;
   admin: boolean;
 }
@@ -52,7 +60,7 @@ export interface Principal {
 export const OPEN: Principal = Object.freeze({
   subject: undefined,
   tokenId: '',
-  expiresAt: undefined,
+  acceptedUntil: undefined,
   can: () => true,
   admin: true,
 });
@@ -97,7 +105,7 @@ export function principalFromClaims(payload: JWTPayload, tokenId: string): Princ
   return {
     subject: typeof payload.sub === 'string' ? payload.sub : undefined,
     tokenId,
-    expiresAt: typeof payload.exp === 'number' ? payload.exp * 1000 : undefined,
+    acceptedUntil: typeof payload.exp === 'number' ? (payload.exp + CLOCK_TOLERANCE_S) * 1000 : undefined,
     can: (action, name) => checks.get(action)!(name),
     admin: claim.admin === true,
   };
@@ -201,7 +209,9 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
   const options = {
     issuer: k.jwtIssuer || undefined,
     audience: k.jwtAudience || undefined,
-    clockTolerance: 5,
+    // jose refuses once floor(now / 1000) - tolerance >= exp, i.e. from (exp + tolerance) * 1000 ms:
+    // acceptedUntil is that instant.
+    clockTolerance: CLOCK_TOLERANCE_S,
   };
 
   return {
@@ -224,7 +234,7 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
         for (const c of candidates) {
           try {
             const { payload } = await jwtVerify(token, c.key, { ...options, algorithms: c.algs as string[] });
-            return principalFromClaims(payload, tokenId(token));
+            return principalFromClaims(payload, tokenIdentity(token, payload));
           } catch (err) {
             if (!(err instanceof errors.JWSSignatureVerificationFailed)) throw err;
             last = err;
@@ -232,7 +242,7 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
         }
         if (jwks?.algs.includes(alg)) {
           const { payload } = await jwtVerify(token, jwks.get, { ...options, algorithms: jwks.algs });
-          return principalFromClaims(payload, tokenId(token));
+          return principalFromClaims(payload, tokenIdentity(token, payload));
         }
         throw last;
       } catch (err) {
@@ -242,9 +252,40 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
   };
 }
 
-/** The signature part: unique per token, short enough to key a map. */
-function tokenId(token: string): string {
-  return token.slice(token.lastIndexOf('.') + 1, token.lastIndexOf('.') + 44);
+const sha256 = (text: string): string => hash('sha256', text, 'base64url');
+
+/**
+ * The identity of a verified token, for per-token limits: its `jti` (scoped by issuer) when it has
+ * one, else a hash of its signed content (header and payload as signed). The signature is left out
+ * on purpose: base64url leaves unused low bits in the last character (an HS256 signature has four
+ * spellings), and ECDSA signatures are malleable ((r, s) and (r, n - s) both verify), so the same
+ * token can be presented with different signature text or even different signature bytes.
+ */
+export function tokenIdentity(token: string, payload: JWTPayload): string {
+  if (typeof payload.jti === 'string' && payload.jti !== '') {
+    return `jti:${sha256(`${payload.iss ?? ''}\n${payload.jti}`)}`;
+  }
+  return `jws:${sha256(token.slice(0, token.lastIndexOf('.')))}`;
+}
+
+const B64URL_RE = /^[A-Za-z0-9_-]*$/;
+
+/**
+ * A cache key for a token before it is verified: the signed content as sent (any change to it breaks
+ * the signature) and the signature's decoded bytes, so the spellings of one signature share an
+ * entry. A token that is not three base64url parts gets no key (it is verified, and refused, every
+ * time). Hashed: entries cost the same whatever the token's size.
+ */
+export function tokenCacheKey(token: string): string | undefined {
+  const dot = token.lastIndexOf('.');
+  const signature = token.slice(dot + 1);
+  if (dot < 0 || !B64URL_RE.test(signature)) return undefined;
+  // The decoded signature as latin1 text: one character per byte, so distinct bytes stay distinct.
+  return hash(
+    'sha256',
+    token.slice(0, dot + 1) + Buffer.from(signature, 'base64url').toString('latin1'),
+    'base64url',
+  );
 }
 
 function reason(err: unknown): string {

@@ -3,6 +3,11 @@
  * backpressure for the hub. Everything that can fail is checked before `open` is called: once the
  * 200 is sent, errors end the stream with an event and a `retry:` hint instead (browsers'
  * EventSource gives up forever on a non-200).
+ *
+ * A HEAD request (Fastify answers HEAD with the GET handler) gets the stream's status and headers and
+ * ends at once: Node drops the body writes of a HEAD response, and with them the headers, which go
+ * out with the first body byte, so an open-ended stream would never answer. Its sink is already
+ * ended; the route's close handler frees what it took (hub subscription, connection slot).
  */
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
@@ -23,6 +28,10 @@ export function openSse(reply: FastifyReply, primedId: string, retryMs: number):
   reply.hijack();
   const res = reply.raw;
   res.writeHead(200, { ...SSE_HEADERS, ...(reply.getHeaders() as Record<string, string>) });
+  if (reply.request.method === 'HEAD') {
+    res.end();
+    return responseSink(res);
+  }
   res.write(`retry: ${retryMs}\nid: ${primedId}\n\n`);
   return responseSink(res);
 }
@@ -30,7 +39,8 @@ export function openSse(reply: FastifyReply, primedId: string, retryMs: number):
 function responseSink(res: ServerResponse): Sink {
   let drain: Promise<void> | undefined;
   return {
-    write: (chunk) => !res.destroyed && res.write(chunk),
+    // After end (a HEAD, or a stream ended while a write was queued), writes are dropped.
+    write: (chunk) => !res.destroyed && !res.writableEnded && res.write(chunk),
     drained() {
       if (res.destroyed || res.writableEnded) return Promise.resolve();
       drain ??= new Promise<void>((resolve) => {

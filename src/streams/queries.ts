@@ -3,6 +3,10 @@
  * an exact count per stream would scan the whole feed, so counts come from the most recent `window`
  * rows (a backward walk of the primary key), and names from a skip scan of the (stream, txid, id)
  * index: one index probe per distinct stream, however many events each stream holds.
+ *
+ * Only user streams are listed: internal streams (queue wake-ups, `queue/<name>`; a '/' is never in
+ * a user stream name) are stepped over by the skip scan (one probe each) and neither listed nor
+ * counted toward `limit`, so a listing reveals no queue names.
  */
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
@@ -19,8 +23,9 @@ export interface StreamStats {
 }
 
 /**
- * Up to `limit` stream names (alphabetical) with their recent activity. Cost: `limit` index probes
- * plus one read of `window` rows; it never scans the feed.
+ * Up to `limit` user stream names (alphabetical) with their recent activity. Cost: `limit` index
+ * probes (plus one per internal stream on the way) and one read of `window` rows; it never scans
+ * the feed.
  *
  * @example
  *   const { streams } = await listStreams(db, { limit: 100, window: 10_000 });
@@ -37,11 +42,15 @@ export async function listStreams(
     types: string[] | null;
   }>`
     with recursive names(stream, n) as (
-      (select stream, 1 from commitfeed.feed order by stream limit 1)
+      (select stream, case when strpos(stream, '/') > 0 then 0 else 1 end
+       from commitfeed.feed order by stream limit 1)
       union all
-      select (select f.stream from commitfeed.feed f where f.stream > names.stream order by f.stream limit 1),
-             names.n + 1
+      select next.stream, names.n + case when strpos(next.stream, '/') > 0 then 0 else 1 end
       from names
+      cross join lateral (
+        select (select f.stream from commitfeed.feed f where f.stream > names.stream order by f.stream limit 1)
+          as stream
+      ) next
       where names.stream is not null and names.n <= ${opts.limit}
     ),
     recent as (
@@ -61,7 +70,7 @@ export async function listStreams(
     select names.stream as name, stats.recent::text as recent, stats.last_minute::text as last_minute,
            stats.last_at, stats.types
     from names left join stats on stats.stream = names.stream
-    where names.stream is not null
+    where names.stream is not null and strpos(names.stream, '/') = 0
     order by names.stream`.execute(db);
   const more = rows.length > opts.limit;
   return {
