@@ -26,6 +26,9 @@ export interface Config {
   pageSize: number;
   /** Fallback poll when no notification arrives, in ms. */
   pollIntervalMs: number;
+  /** How long a `latest` start or a read-your-writes read waits for the horizon to pass committed
+   * rows (an open transaction holding it back) before answering 503, in ms. */
+  startWaitMs: number;
   /** SSE comment heartbeat interval, in ms. */
   heartbeatMs: number;
   /** Reconnection delay suggested to SSE clients (`retry:`), in ms. */
@@ -129,6 +132,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     windowEvents: int(env, 'WINDOW_EVENTS', 10000, 100),
     pageSize: int(env, 'PAGE_SIZE', 1000, 10),
     pollIntervalMs: int(env, 'POLL_INTERVAL_MS', 1000, 10),
+    startWaitMs: int(env, 'START_WAIT_MS', 5000, 0),
     heartbeatMs: int(env, 'HEARTBEAT_MS', 15000, 100),
     sseRetryMs: int(env, 'SSE_RETRY_MS', 2000, 0),
     statementTimeoutMs: int(env, 'STATEMENT_TIMEOUT_MS', 30000, 100),

@@ -15,6 +15,7 @@ import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { framerFor } from './frames.ts';
 import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
+import { readStartPosition } from './start-position.ts';
 import { EventWindow } from './window.ts';
 
 export interface TailerOptions {
@@ -140,9 +141,33 @@ export class Tailer {
   }
 
   /**
+   * A position after every event committed before the call and not past the horizon: where a
+   * `latest` reader starts (it must not receive what was acknowledged before it connected, nor miss
+   * what commits after), and how far a read-your-writes read must reach. Undefined when no such
+   * position can be had within `maxMs` (a transaction holding the horizon back behind committed
+   * rows): the caller answers 503 rather than start in the past.
+   *
+   * The tail itself when the last read started after every local commit and found nothing waiting
+   * behind the horizon; otherwise the horizon read in one statement with the check that no committed
+   * row is past it (start-position.ts), so a tailer that is merely behind costs one query, not a wait.
+   * A position past the tail is fine for a subscriber: the hub skips events at or before its cursor.
+   */
+  async safePosition(maxMs: number): Promise<Cursor | undefined> {
+    if (this.wakesCovered >= this.wakesRequested && this.waitingSince === 0) return this.window.tail;
+    const deadline = Date.now() + maxMs;
+    for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
+      const { horizon, waiting } = await readStartPosition(this.db);
+      if (!waiting) return maxCursor(this.window.tail, horizon);
+      const left = deadline - Date.now();
+      if (left <= 0) return undefined;
+      await new Promise((r) => setTimeout(r, Math.min(pause, left)));
+    }
+  }
+
+  /**
    * Resolves once a read that started after every wake asked so far has completed (or after
-   * `maxMs`): then the tail includes every event this process has committed and acknowledged,
-   * so a subscriber starting from `latest` does not receive events published before it connected.
+   * `maxMs`). A hint for tests and tools, not a guarantee: a read can finish with committed rows
+   * still behind the horizon (see safePosition for a position that is one).
    */
   settled(maxMs = 1000): Promise<void> {
     if (this.wakesCovered >= this.wakesRequested || this.stopped) return Promise.resolve();
@@ -178,7 +203,7 @@ export class Tailer {
 
   /**
    * Up to `limit` events of `streams` after `after`, from the window when it covers the cursor,
-   * else from the table; never past the tail, so every event returned is final. `position` is where
+   * else from the table; never past the tail (or `reach`), so every event returned is final. `position` is where
    * the next read continues: the last event returned, or the tail when nothing else matched.
    *
    * `reset` (with no events): `after` is below the trim mark, so retention may have dropped events
@@ -191,11 +216,15 @@ export class Tailer {
     streamSet: ReadonlySet<string>,
     after: Cursor,
     limit: number,
+    reach?: Cursor,
   ): Promise<{ events: FeedEvent[]; position: Cursor; reset?: Cursor }> {
-    const upTo = this.window.tail;
-    if (compareCursors(after, upTo) >= 0) return { events: [], position: after };
+    // `reach` (from safePosition) may be past the tail: that stretch is final but not yet in memory.
+    const limitOf = () => (reach === undefined ? this.window.tail : maxCursor(this.window.tail, reach));
+    if (compareCursors(after, limitOf()) >= 0) return { events: [], position: after };
+    const fromWindow = this.inWindow(after);
+    const upTo = limitOf();
     let events: FeedEvent[];
-    if (this.inWindow(after)) {
+    if (fromWindow && this.inWindow(after) && compareCursors(upTo, this.window.tail) === 0) {
       events = this.window.read(streamSet, after, limit);
     } else {
       const range = await readRange(this.db, streams, after, upTo, limit);
