@@ -133,3 +133,39 @@ t.test(
   },
 );
 
+t.test(
+  'a cursor below the trim mark gets reset from a window that still holds the dropped events',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const DAY = 86_400_000;
+    const retention = {
+      janitorIntervalMs: 0,
+      partitionIntervalMs: 3_600_000,
+      partitionPremake: 3,
+      retentionMs: DAY,
+    };
+    // A polls rarely: it has not read the tail since the other instance's drop when it serves the read.
+    const a = await startTestServer(t, dbUrl, { ...retention, pollIntervalMs: 60_000 });
+    const b = await startTestServer(t, dbUrl, retention);
+    const old: string[] = [];
+    for (let i = 0; i < 3; i++) old.push((await publish(a.url, 's', { data: `old ${i}` })).body.id);
+    await until(
+      () => compareCursors(a.feed.tailer.position, parseCursor(old[2])!) >= 0,
+      10000,
+      'A to read the old events into its window',
+    );
+    const run = await b.feed.janitor.runOnce(new Date(Math.floor(Date.now() / DAY) * DAY + 2 * DAY));
+    t.ok(run.dropped.length >= 1, 'B dropped the partition holding them');
+    for (const s of [a, b]) {
+      const res = await fetch(`${s.url}/v1/streams/s/events?after=${old[0]}`);
+      const body = (await res.json()) as { events: { id: string }[]; reset?: { resumeFrom: string } };
+      t.same(body.reset?.resumeFrom, old[2], `${s === a ? 'A' : 'B'}: reset to the trim mark`);
+      t.same(body.events, [], 'nothing dropped is replayed');
+      const sse = await openSse(t, `${s.url}/v1/streams/s/events`, { 'last-event-id': old[0] });
+      const [first] = await sse.waitFor(1);
+      t.same([first.event, first.id], ['reset', old[2]], 'SSE: reset first');
+      await sleep(100);
+      t.equal(sse.received.length, 1, 'and no dropped event after it');
+    }
+  },
+);

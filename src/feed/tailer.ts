@@ -15,6 +15,7 @@ import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { framerFor } from './frames.ts';
 import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
+import { readTrimMark } from '../retention/partitions.ts';
 import { readStartPosition } from './start-position.ts';
 import { EventWindow } from './window.ts';
 
@@ -36,6 +37,11 @@ export class Tailer {
   /** The window only vouches for cursors at or past this: rows below a trim mark the tailer had not
    * yet read when it learned of it may be gone without ever reaching the window. */
   private coverFloor: Cursor = START;
+  /** The highest trim mark seen (retention dropped every event at or before it). */
+  private trimMark: Cursor = START;
+  /** The trim-mark read in flight, and the one queued behind it (see currentTrimMark). */
+  private markRead: Promise<Cursor> | undefined;
+  private markNext: Promise<Cursor> | undefined;
   private running = false;
   private again = false;
   private stopped = true;
@@ -104,6 +110,7 @@ export class Tailer {
         if (compareCursors(this.window.tail, page.trimMark) < 0) {
           this.coverFloor = maxCursor(this.coverFloor, page.trimMark);
         }
+        this.trimMark = maxCursor(this.trimMark, page.trimMark);
         this.stats.reads++;
         this.stats.lastReadAt = Date.now();
         this.errorBackoffMs = 0;
@@ -221,7 +228,9 @@ export class Tailer {
     // `reach` (from safePosition) may be past the tail: that stretch is final but not yet in memory.
     const limitOf = () => (reach === undefined ? this.window.tail : maxCursor(this.window.tail, reach));
     if (compareCursors(after, limitOf()) >= 0) return { events: [], position: after };
-    const fromWindow = this.inWindow(after);
+    let fromWindow = this.inWindow(after);
+    if (fromWindow) fromWindow = compareCursors(after, await this.currentTrimMark()) >= 0;
+    // Taken after the await, in the same tick as the window read: the window may have grown meanwhile.
     const upTo = limitOf();
     let events: FeedEvent[];
     if (fromWindow && this.inWindow(after) && compareCursors(upTo, this.window.tail) === 0) {
@@ -279,9 +288,49 @@ export class Tailer {
     return { chunks, count: events.length, position, more: events.length === limit };
   }
 
+  /**
+   * The trim mark as of now. The window may still hold events retention has dropped (by this
+   * process's janitor or another's); a cursor below the mark must get the same `reset` from every
+   * instance, so the window serves only cursors at or past a mark read after the request began.
+   * Reads are shared: callers that arrive while one is in flight wait for the next one, so a burst
+   * of catch-ups costs two one-row queries, not one each.
+   */
+  private currentTrimMark(): Promise<Cursor> {
+    if (this.markNext) return this.markNext;
+    const start = (): Promise<Cursor> => {
+      const p = readTrimMark(this.db).then((r) => {
+        this.trimMark = maxCursor(this.trimMark, r.mark);
+        return this.trimMark;
+      });
+      this.markRead = p;
+      void p.then(
+        () => {
+          if (this.markRead === p) this.markRead = undefined;
+        },
+        () => {
+          if (this.markRead === p) this.markRead = undefined;
+        },
+      );
+      return p;
+    };
+    if (!this.markRead) return start();
+    // Queued: it starts when the read in flight (which began before this caller) ends.
+    const startQueued = () => {
+      this.markNext = undefined;
+      return start();
+    };
+    const next = this.markRead.then(startQueued, startQueued);
+    this.markNext = next;
+    return next;
+  }
+
   /** True when every event after `after` up to the tail is in the window (see coverFloor). */
   private inWindow(after: Cursor): boolean {
-    return this.window.covers(after) && compareCursors(after, this.coverFloor) >= 0;
+    return (
+      this.window.covers(after) &&
+      compareCursors(after, this.coverFloor) >= 0 &&
+      compareCursors(after, this.trimMark) >= 0
+    );
   }
 }
 
