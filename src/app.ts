@@ -51,9 +51,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     ajv: { customOptions: { removeAdditional: false, allErrors: false } },
     // JSON bodies are validated as sent (no type coercion); query strings and paths keep it.
     schemaController: { compilersFactory: { buildValidator: strictBodyValidator() } },
-    return503OnClosing: true,
-    // close() runs preClose first, which ends SSE streams and waits for in-flight publishes; any
-    // keep-alive socket left after that is dropped instead of holding shutdown open.
+    // Requests during shutdown get 503 with Retry-After from server.ts (Fastify's own has none).
+    return503OnClosing: false,
+    // close() runs preClose first, which answers every request in flight (server.ts); any
+    // keep-alive socket left after that is idle and dropped instead of holding shutdown open.
     forceCloseConnections: true,
   });
   await app.register(sensible);

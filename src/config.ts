@@ -32,6 +32,9 @@ export interface Config {
   pageSize: number;
   /** Fallback poll when no notification arrives, in ms. */
   pollIntervalMs: number;
+  /** How long a `latest` start or a read-your-writes read waits for the horizon to pass committed
+   * rows (an open transaction holding it back) before answering 503, in ms. */
+  startWaitMs: number;
   /** SSE comment heartbeat interval, in ms. */
   heartbeatMs: number;
   /** Reconnection delay suggested to SSE clients (`retry:`), in ms. */
@@ -270,6 +273,13 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     '1s',
     10,
     'Fallback poll of the feed when no notification arrives (notifications are only a hint).',
+    { max: MAX_TIMER_MS },
+  ),
+  startWaitMs: duration(
+    'START_WAIT',
+    '5s',
+    0,
+    'Longest wait for a safe start position (a `latest` subscription, a JSON read after a publish) while an open transaction holds committed events behind the horizon; then 503 with Retry-After.',
     { max: MAX_TIMER_MS },
   ),
   heartbeatMs: duration(

@@ -8,6 +8,7 @@
  * finish in-flight publishes; stop the tailer, listener and janitor; close the HTTP server; close the
  * pool; stop the embedded database.
  */
+import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import pino from 'pino';
@@ -20,6 +21,10 @@ import { migrate } from './db/migrate.ts';
 import { Feed } from './feed/feed.ts';
 import { watchHorizon } from './ops/horizon-watch.ts';
 import { Queues } from './queues/queues.ts';
+import { RETRY_AFTER_S, errorBody } from './http/errors.ts';
+
+/** Longest wait at shutdown for requests in flight to be answered before connections are dropped. */
+const DRAIN_MAX_MS = 10_000;
 
 export interface Server {
   app: FastifyInstance;
@@ -66,11 +71,54 @@ export async function startServer(config: Config): Promise<Server> {
     const queues = new Queues({ db, feed, batchMaxJobs: config.batchMaxEvents });
     app = await buildApp({ config, db, feed, queues, pool });
     const f = feed;
-    // preClose runs before the server stops accepting: long-poll claims and SSE streams never end on
-    // their own, so end them first (claims answer, SSE gets a retry hint) or close() would wait for
-    // them forever. Queues first: their enqueue wake-ups still reach a running feed.
+    // Every request that reached the server before shutdown began gets its answer; later ones get
+    // 503 with Retry-After (and `connection: close`, so a client does not reuse a socket about to go).
+    let shuttingDown = false;
+    let inFlight = 0;
+    let idle: (() => void) | undefined;
+    app.addHook('onRequest', async (_request, reply) => {
+      if (shuttingDown) {
+        reply.header('retry-after', String(RETRY_AFTER_S)).header('connection', 'close');
+        return reply
+          .code(503)
+          .send(
+            errorBody(
+              503,
+              'shutting_down',
+              'this server is shutting down; retry (another replica, or here after restart)',
+            ),
+          );
+      }
+      inFlight++;
+      reply.raw.once('close', () => {
+        if (--inFlight === 0) idle?.();
+      });
+    });
+    app.addHook('onSend', async (_request, reply) => {
+      if (shuttingDown) reply.header('connection', 'close');
+    });
+    // preClose runs before the connections are dropped: long-poll claims and SSE streams never end on
+    // their own, so end them first (claims answer, SSE gets a retry hint); then wait for the requests
+    // in flight to be answered, and only then close the batcher (a publish that reaches it after it
+    // closed could only fail). Queues first: their enqueue wake-ups still reach a running feed.
     app.addHook('preClose', async () => {
+      shuttingDown = true;
+      // No new connections from here (refused, which a client can tell). Only the listening socket
+      // closes: http's own close() would also drop idle keep-alive sockets now, resetting a request
+      // a client is sending on one at this moment; they get a 503 with `connection: close` instead,
+      // and Fastify drops what is left once preClose is done. (Its own close of the server later
+      // finds it closed already.)
+      net.Server.prototype.close.call(app!.server);
       await queues.close();
+      f.endSubscribers(config.sseRetryMs);
+      if (inFlight > 0) {
+        const waited = new Promise<void>((resolve) => {
+          idle = resolve;
+          setTimeout(resolve, DRAIN_MAX_MS).unref();
+        });
+        await waited;
+        if (inFlight > 0) log.warn({ inFlight }, 'shutdown: requests still in flight after the drain wait');
+      }
       await f.stop(config.sseRetryMs);
     });
     const url = await app.listen({ port: config.port, host: config.host });
@@ -84,6 +132,7 @@ export async function startServer(config: Config): Promise<Server> {
       databaseUrl,
       close: () =>
         (closing ??= (async () => {
+          shuttingDown = true;
           stopHorizonWatch?.();
           await app!.close();
           await db.destroy();

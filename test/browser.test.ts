@@ -207,6 +207,56 @@ t.test(
   },
 );
 
+t.test(
+  'priming in a browser: no message, lastEventId set, resume after a drop before any event',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    let server = await startTestServer(t, dbUrl);
+    const port = Number(new URL(server.url).port);
+    const db = sqlClient(t, dbUrl);
+    const context = await launch(t);
+    const page = await context.newPage();
+    await page.goto(`${server.url}/healthz`);
+    await publish(server.url, 'pb', { data: { n: 0 } });
+    type W = { __msgs: { id: string; data: string }[]; __primed: string[] };
+    await page.evaluate(() => {
+      const w = window as unknown as W;
+      w.__msgs = [];
+      w.__primed = [];
+      const es = new EventSource('/v1/streams/pb/events');
+      es.onmessage = (e) => w.__msgs.push({ id: e.lastEventId, data: e.data });
+      es.addEventListener('primed', (e) => w.__primed.push((e as MessageEvent).lastEventId));
+    });
+    const read = () =>
+      page.evaluate(() => {
+        const w = window as unknown as W;
+        return { msgs: w.__msgs, primed: w.__primed };
+      });
+    const waitUntil = async (cond: (s: Awaited<ReturnType<typeof read>>) => boolean, what: string) => {
+      const deadline = Date.now() + 20000;
+      for (;;) {
+        const s = await read();
+        if (cond(s)) return s;
+        if (Date.now() > deadline) throw new Error(`browser: timed out waiting for ${what}`);
+        await sleep(50);
+      }
+    };
+    const first = await waitUntil((s) => s.primed.length >= 1, 'the priming frame');
+    t.match(first.primed[0], /^\d+-\d+$/, 'the priming frame sets lastEventId to the connect point');
+    t.same(first.msgs, [], 'onmessage does not see the priming frame');
+
+    await server.close();
+    await sql`insert into commitfeed.feed (stream, data) values ('pb', '{"n":1}')`.execute(db);
+    server = await startTestServer(t, dbUrl, { port });
+    const after = await waitUntil((s) => s.msgs.length >= 1, 'the event committed while away');
+    await sleep(300);
+    const final = await read();
+    const [row] = (await feedRows(db)).filter((r) => r.stream === 'pb').slice(-1);
+    t.same(final.msgs, [{ id: row.cursor, data: '{"n":1}' }], 'only the event committed while away');
+    t.ok(after.primed.length >= 2, 'primed again on reconnect');
+  },
+);
+
 t.test('the docs page renders the API in a browser', async (t) => {
   const server = await startTestServer(t, await testDatabase(t));
   const context = await launch(t);

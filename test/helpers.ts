@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
-import { parseSse, type SseMessage, textChunks } from '../src/client/sse.ts';
+import { isPrimer, parseSse, type SseMessage, textChunks } from '../src/client/sse.ts';
 import { type Config, loadConfig } from '../src/config.ts';
 import type { Database } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
@@ -113,7 +113,7 @@ export async function publish(
 
 export interface SseReader {
   status: number;
-  /** The primed cursor (the first `id:` without data). */
+  /** The primed cursor (the priming frame's `id:`, see isPrimer). */
   primed: string | undefined;
   /** Messages with data received so far. */
   received: SseMessage[];
@@ -140,11 +140,12 @@ export async function openSse(t: T, url: string, headers: Record<string, string>
     if (!res.body) return;
     try {
       for await (const m of parseSse(textChunks(res.body))) {
-        if (m.data === undefined) {
-          if (m.id !== undefined && primed === undefined) primed = m.id;
+        if (isPrimer(m)) {
+          primed ??= m.id;
           primedResolve();
           continue;
         }
+        if (m.data === undefined) continue; // a retry hint
         received.push(m);
         notify();
       }

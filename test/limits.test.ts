@@ -3,7 +3,7 @@
 // capped with clear errors before any stream starts.
 import http from 'node:http';
 import t from 'tap';
-import { parseSse } from '../src/client/sse.ts';
+import { isPrimer, parseSse } from '../src/client/sse.ts';
 import { openSse, publish, sleep, startTestServer, testDatabase } from './helpers.ts';
 
 t.test(
@@ -64,8 +64,8 @@ t.test(
     const got: string[] = [];
     let primed: string | undefined;
     for await (const m of parseSse(chunks())) {
-      if (m.data === undefined) primed ??= m.id;
-      else got.push(m.id!);
+      if (isPrimer(m)) primed ??= m.id;
+      else if (m.data !== undefined) got.push(m.id!);
     }
     t.ok(primed !== undefined, 'it had its primed id');
     t.ok(

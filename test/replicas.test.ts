@@ -3,7 +3,7 @@
 // the test's patience). Cross-replica delivery latency is measured and reported, not asserted.
 import { sql } from 'kysely';
 import t from 'tap';
-import { parseSse, splitEventId, textChunks } from '../src/client/sse.ts';
+import { isPrimer, parseSse, splitEventId, textChunks } from '../src/client/sse.ts';
 import { emptyDatabase, publish, sleep, sqlClient, startTestServer } from './helpers.ts';
 
 t.test('three replicas: one migration run, and every publish reaches the others', async (t) => {
@@ -34,10 +34,11 @@ t.test('three replicas: one migration run, and every publish reaches the others'
     const done = (async () => {
       try {
         for await (const m of parseSse(textChunks(res.body!))) {
-          if (m.data === undefined) {
+          if (isPrimer(m)) {
             primed();
             continue;
           }
+          if (m.data === undefined) continue;
           const at = performance.now();
           // On two streams the id names the stream after the cursor: compare cursors.
           const id = splitEventId(m.id!).cursor;

@@ -7,7 +7,7 @@ import net from 'node:net';
 export interface SseHandlers {
   /** A frame with data. */
   onEvent(id: string | undefined, type: string | undefined, data: string): void;
-  /** A frame with an id but no data: the server's primed cursor at connect. */
+  /** The priming frame (`event: primed`, empty data, or no data at all): the cursor at connect. */
   onPrimed?(id: string): void;
   /** The response headers arrived with status 200. */
   onOpen?(): void;
@@ -149,7 +149,9 @@ export class SseConnection {
 
   private onLine(line: string): void {
     if (line === '') {
-      if (this.data.length > 0) {
+      // The priming frame: the connect point as an id, with an empty `data:` (event `primed`).
+      const primer = this.type === 'primed' && this.data.length === 1 && this.data[0] === '';
+      if (this.data.length > 0 && !primer) {
         const data = this.data.length === 1 ? this.data[0] : this.data.join('\n');
         this.h.onEvent(this.id, this.type, data);
       } else if (this.hasId && this.id !== undefined) this.h.onPrimed?.(this.id);

@@ -14,7 +14,7 @@
  *   await cf.publish('orders', { order: 42 }, { type: 'created' });
  *   for await (const e of cf.subscribe('orders', { from: 'earliest' })) console.log(e.id, e.type, e.data);
  */
-import { parseSse, splitEventId, textChunks } from './sse.ts';
+import { isPrimer, parseSse, splitEventId, textChunks } from './sse.ts';
 
 /** An API error: the HTTP status and the server's stable `code` (`status` 0: no answer at all). */
 export class CommitfeedError extends Error {
@@ -529,11 +529,12 @@ export class Subscription<T = unknown> implements AsyncIterable<StreamEvent<T>> 
             })();
             for await (const m of parseSse(timed)) {
               if (m.retry !== undefined) retryHintMs = m.retry;
-              if (m.data === undefined) {
-                // The primed id (or a bare id): the position to resume from, no event.
-                if (m.id !== undefined) this.lastId = m.id;
+              if (isPrimer(m)) {
+                // The connect point: the position to resume from, no event.
+                this.lastId = m.id;
                 continue;
               }
+              if (m.data === undefined) continue; // a retry hint
               const control = controlFrame(m);
               if (control?.kind === 'unavailable') {
                 ended = new CommitfeedError(503, 'unavailable', control.message);

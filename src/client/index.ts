@@ -23,4 +23,4 @@ export {
   type Worker,
   type WorkOptions,
 } from './client.ts';
-export { parseSse, type SseMessage, textChunks } from './sse.ts';
+export { isPrimer, parseSse, type SseMessage, textChunks } from './sse.ts';

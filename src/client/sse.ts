@@ -1,7 +1,7 @@
 /**
  * A small Server-Sent Events parser (the WHATWG event-stream rules) over any stream of text chunks.
  * Used by the TypeScript client and the tests; unlike the browser's EventSource it also yields
- * messages without data (the server's primed `id:`), so callers can track the cursor exactly.
+ * messages without data (a `retry:` hint), so callers can track the cursor exactly.
  */
 export interface SseMessage {
   /** The `id:` of this message, if it carried one. */
@@ -11,6 +11,15 @@ export interface SseMessage {
   /** Joined `data:` lines; undefined when the message had no data (an id or retry only). */
   data?: string;
   retry?: number;
+}
+
+/**
+ * True for the server's priming frame: the connect point as an id, no event (`event: primed` with
+ * empty data). A data-less frame with an id is read the same way (servers before the named form).
+ */
+export function isPrimer(m: SseMessage): boolean {
+  // Event data is JSON, never empty: an event a publisher typed `primed` is not mistaken for it.
+  return m.id !== undefined && (m.event === 'primed' ? m.data === '' : m.data === undefined);
 }
 
 export async function* parseSse(chunks: AsyncIterable<string>): AsyncGenerator<SseMessage> {

@@ -85,9 +85,14 @@ export class Feed {
     this.janitor.start();
   }
 
-  /** Ends SSE subscribers with `retry:` hints, finishes in-flight writes, then stops reading. */
-  async stop(retryMs: number): Promise<void> {
+  /** Ends SSE subscribers with `retry:` hints and releases long-polls (the first step of shutdown). */
+  endSubscribers(retryMs: number): void {
     this.hub.close(`retry: ${retryMs}\n: server shutting down\n\n`);
+  }
+
+  /** Ends subscribers, finishes in-flight writes, then stops reading. */
+  async stop(retryMs: number): Promise<void> {
+    this.endSubscribers(retryMs);
     await this.batcher.close();
     this.tailer.stop();
     await this.listener.stop();

@@ -15,6 +15,8 @@ import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { framerFor } from './frames.ts';
 import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
+import { readTrimMark } from '../retention/partitions.ts';
+import { readStartPosition } from './start-position.ts';
 import { EventWindow } from './window.ts';
 
 export interface TailerOptions {
@@ -35,6 +37,11 @@ export class Tailer {
   /** The window only vouches for cursors at or past this: rows below a trim mark the tailer had not
    * yet read when it learned of it may be gone without ever reaching the window. */
   private coverFloor: Cursor = START;
+  /** The highest trim mark seen (retention dropped every event at or before it). */
+  private trimMark: Cursor = START;
+  /** The trim-mark read in flight, and the one queued behind it (see currentTrimMark). */
+  private markRead: Promise<Cursor> | undefined;
+  private markNext: Promise<Cursor> | undefined;
   private running = false;
   private again = false;
   private stopped = true;
@@ -103,6 +110,7 @@ export class Tailer {
         if (compareCursors(this.window.tail, page.trimMark) < 0) {
           this.coverFloor = maxCursor(this.coverFloor, page.trimMark);
         }
+        this.trimMark = maxCursor(this.trimMark, page.trimMark);
         this.stats.reads++;
         this.stats.lastReadAt = Date.now();
         this.errorBackoffMs = 0;
@@ -140,9 +148,33 @@ export class Tailer {
   }
 
   /**
+   * A position after every event committed before the call and not past the horizon: where a
+   * `latest` reader starts (it must not receive what was acknowledged before it connected, nor miss
+   * what commits after), and how far a read-your-writes read must reach. Undefined when no such
+   * position can be had within `maxMs` (a transaction holding the horizon back behind committed
+   * rows): the caller answers 503 rather than start in the past.
+   *
+   * The tail itself when the last read started after every local commit and found nothing waiting
+   * behind the horizon; otherwise the horizon read in one statement with the check that no committed
+   * row is past it (start-position.ts), so a tailer that is merely behind costs one query, not a wait.
+   * A position past the tail is fine for a subscriber: the hub skips events at or before its cursor.
+   */
+  async safePosition(maxMs: number): Promise<Cursor | undefined> {
+    if (this.wakesCovered >= this.wakesRequested && this.waitingSince === 0) return this.window.tail;
+    const deadline = Date.now() + maxMs;
+    for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
+      const { horizon, waiting } = await readStartPosition(this.db);
+      if (!waiting) return maxCursor(this.window.tail, horizon);
+      const left = deadline - Date.now();
+      if (left <= 0) return undefined;
+      await new Promise((r) => setTimeout(r, Math.min(pause, left)));
+    }
+  }
+
+  /**
    * Resolves once a read that started after every wake asked so far has completed (or after
-   * `maxMs`): then the tail includes every event this process has committed and acknowledged,
-   * so a subscriber starting from `latest` does not receive events published before it connected.
+   * `maxMs`). A hint for tests and tools, not a guarantee: a read can finish with committed rows
+   * still behind the horizon (see safePosition for a position that is one).
    */
   settled(maxMs = 1000): Promise<void> {
     if (this.wakesCovered >= this.wakesRequested || this.stopped) return Promise.resolve();
@@ -178,7 +210,7 @@ export class Tailer {
 
   /**
    * Up to `limit` events of `streams` after `after`, from the window when it covers the cursor,
-   * else from the table; never past the tail, so every event returned is final. `position` is where
+   * else from the table; never past the tail (or `reach`), so every event returned is final. `position` is where
    * the next read continues: the last event returned, or the tail when nothing else matched.
    *
    * `reset` (with no events): `after` is below the trim mark, so retention may have dropped events
@@ -191,11 +223,17 @@ export class Tailer {
     streamSet: ReadonlySet<string>,
     after: Cursor,
     limit: number,
+    reach?: Cursor,
   ): Promise<{ events: FeedEvent[]; position: Cursor; reset?: Cursor }> {
-    const upTo = this.window.tail;
-    if (compareCursors(after, upTo) >= 0) return { events: [], position: after };
+    // `reach` (from safePosition) may be past the tail: that stretch is final but not yet in memory.
+    const limitOf = () => (reach === undefined ? this.window.tail : maxCursor(this.window.tail, reach));
+    if (compareCursors(after, limitOf()) >= 0) return { events: [], position: after };
+    let fromWindow = this.inWindow(after);
+    if (fromWindow) fromWindow = compareCursors(after, await this.currentTrimMark()) >= 0;
+    // Taken after the await, in the same tick as the window read: the window may have grown meanwhile.
+    const upTo = limitOf();
     let events: FeedEvent[];
-    if (this.inWindow(after)) {
+    if (fromWindow && this.inWindow(after) && compareCursors(upTo, this.window.tail) === 0) {
       events = this.window.read(streamSet, after, limit);
     } else {
       const range = await readRange(this.db, streams, after, upTo, limit);
@@ -250,9 +288,49 @@ export class Tailer {
     return { chunks, count: events.length, position, more: events.length === limit };
   }
 
+  /**
+   * The trim mark as of now. The window may still hold events retention has dropped (by this
+   * process's janitor or another's); a cursor below the mark must get the same `reset` from every
+   * instance, so the window serves only cursors at or past a mark read after the request began.
+   * Reads are shared: callers that arrive while one is in flight wait for the next one, so a burst
+   * of catch-ups costs two one-row queries, not one each.
+   */
+  private currentTrimMark(): Promise<Cursor> {
+    if (this.markNext) return this.markNext;
+    const start = (): Promise<Cursor> => {
+      const p = readTrimMark(this.db).then((r) => {
+        this.trimMark = maxCursor(this.trimMark, r.mark);
+        return this.trimMark;
+      });
+      this.markRead = p;
+      void p.then(
+        () => {
+          if (this.markRead === p) this.markRead = undefined;
+        },
+        () => {
+          if (this.markRead === p) this.markRead = undefined;
+        },
+      );
+      return p;
+    };
+    if (!this.markRead) return start();
+    // Queued: it starts when the read in flight (which began before this caller) ends.
+    const startQueued = () => {
+      this.markNext = undefined;
+      return start();
+    };
+    const next = this.markRead.then(startQueued, startQueued);
+    this.markNext = next;
+    return next;
+  }
+
   /** True when every event after `after` up to the tail is in the window (see coverFloor). */
   private inWindow(after: Cursor): boolean {
-    return this.window.covers(after) && compareCursors(after, this.coverFloor) >= 0;
+    return (
+      this.window.covers(after) &&
+      compareCursors(after, this.coverFloor) >= 0 &&
+      compareCursors(after, this.trimMark) >= 0
+    );
   }
 }
 

@@ -21,9 +21,20 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 };
 
-/** Takes over the response and starts the stream; the primed `id:` has no data, so browsers
- * set lastEventId from it without dispatching an event: a client that drops before its first event
- * still resumes from its connect point. */
+/**
+ * The first frame of every stream: the connect point as an `id:`, so a client that drops before its
+ * first event still resumes from there. It carries an empty `data:` because clients built on
+ * eventsource-parser (the `eventsource` npm package) only take an id from a frame that has data; it
+ * is named, so browsers' `onmessage` never sees it (they set lastEventId from it either way).
+ */
+export function primerFrame(primedId: string): string {
+  return `id: ${primedId}\nevent: ${PRIMED_EVENT}\ndata:\n\n`;
+}
+
+/** The event name of the priming frame (see primerFrame). */
+export const PRIMED_EVENT = 'primed';
+
+/** Takes over the response and starts the stream: a `retry:` hint, then the priming frame. */
 export function openSse(reply: FastifyReply, primedId: string, retryMs: number): Sink {
   reply.hijack();
   const res = reply.raw;
@@ -32,7 +43,7 @@ export function openSse(reply: FastifyReply, primedId: string, retryMs: number):
     res.end();
     return responseSink(res);
   }
-  res.write(`retry: ${retryMs}\nid: ${primedId}\n\n`);
+  res.write(`retry: ${retryMs}\n${primerFrame(primedId)}`);
   return responseSink(res);
 }
 

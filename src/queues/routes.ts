@@ -10,6 +10,7 @@ import { ApiError } from '../http/errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
+import { safePosition } from '../http/safe-position.ts';
 import { openSse } from '../http/sse.ts';
 import type { ClaimedJob } from './claim.ts';
 import type { LeaseRef, SettleResult } from './settle.ts';
@@ -328,7 +329,9 @@ export function queueRoutes(
           `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>" as sent in an event id`,
         );
       }
-      const from = start ?? (request.query.from === 'earliest' ? START : deps.feed.tailer.position);
+      const from =
+        start ??
+        (request.query.from === 'earliest' ? START : await safePosition(deps.feed, config.startWaitMs));
       const started = admitSse(request, reply, config.maxSsePerToken);
       const sink = openSse(reply, formatCursor(from), config.sseRetryMs);
       const sub = deps.feed.hub.subscribe([queueStream(request.params.queue)], from, sink);

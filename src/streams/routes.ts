@@ -20,6 +20,7 @@ import {
   streamParams,
   streamReadQuery,
 } from './schemas.ts';
+import { safePosition } from '../http/safe-position.ts';
 import { openSse } from '../http/sse.ts';
 
 interface ReadQuery {
@@ -80,22 +81,20 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
   );
 }
 
-/** Where a read starts: Last-Event-ID, else ?after, else ?from (default latest: the live tail). */
-async function startCursor(request: FastifyRequest, query: ReadQuery, feed: Feed): Promise<Cursor> {
+/** The cursor the request names: Last-Event-ID, else ?after; undefined when it names none. */
+function givenCursor(request: FastifyRequest, query: ReadQuery): Cursor | undefined {
   const header = request.headers['last-event-id'];
   const given = typeof header === 'string' && header !== '' ? header : query.after;
-  if (given !== undefined) {
-    const c = parseCursor(given);
-    if (!c) {
-      throw new ApiError(
-        400,
-        'invalid_cursor',
-        `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>" as sent in an event id`,
-      );
-    }
-    return c;
+  if (given === undefined) return undefined;
+  const c = parseCursor(given);
+  if (!c) {
+    throw new ApiError(
+      400,
+      'invalid_cursor',
+      `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>" as sent in an event id`,
+    );
   }
-  return query.from === 'earliest' ? START : feed.tailer.position;
+  return c;
 }
 
 function wantsSse(request: FastifyRequest): boolean {
@@ -112,11 +111,16 @@ async function readStreams(
 ): Promise<unknown> {
   // Every stream up front, whatever the cursor: replay is authorized like live delivery.
   authorize(request, 'subscribe', streams);
-  // Read-your-writes: the tail must include every event this process has acknowledged, or a read
-  // right after a publish (or a `latest` cursor primed now) would miss or precede it.
-  await feed.tailer.settled();
-  const start = await startCursor(request, query, feed);
-  if (wantsSse(request)) {
+  const given = givenCursor(request, query);
+  const sse = wantsSse(request);
+  // Read-your-writes: a JSON read reaches every event acknowledged before it, and `latest` starts
+  // after them all. An SSE stream from a cursor needs neither: it delivers whatever follows.
+  const reach =
+    sse && (given !== undefined || query.from === 'earliest')
+      ? undefined
+      : await safePosition(feed, config.startWaitMs);
+  const start = given ?? (query.from === 'earliest' ? START : reach!);
+  if (sse) {
     if (feed.hub.subscriberCount >= config.maxSseConnections) {
       throw new ApiError(
         503,
@@ -146,7 +150,7 @@ async function readStreams(
   // Set when retention dropped events past the cursor: reported in the body, reading on from the mark.
   let reset: Cursor | undefined;
   for (;;) {
-    const page = await feed.tailer.read(streams, streamSet, after, query.limit);
+    const page = await feed.tailer.read(streams, streamSet, after, query.limit, reach);
     if (page.reset) {
       reset = page.reset;
       after = page.position;

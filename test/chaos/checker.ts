@@ -30,7 +30,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
-import { parseSse, splitEventId, textChunks } from '../../src/client/sse.ts';
+import { isPrimer, parseSse, splitEventId, textChunks } from '../../src/client/sse.ts';
 import { compareCursors, parseCursor } from '../../src/feed/cursor.ts';
 import { type EventInput, appendEvents } from '../../src/feed/queries.ts';
 import { type EmbeddedDatabase, startEmbeddedPostgres } from '../../src/db/embedded.ts';
@@ -356,9 +356,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
             rd.errors++;
           } else {
             for await (const m of parseSse(textChunks(res.body))) {
-              if (m.data === undefined) {
+              if (m.data === undefined || isPrimer(m)) {
                 // The primed id: where a live reader's expectations begin.
-                if (m.id !== undefined && rd.cursor === undefined) {
+                if (isPrimer(m) && rd.cursor === undefined) {
                   rd.cursor = m.id;
                   if (rd.startAfter === undefined) rd.startAfter = m.id;
                 }
