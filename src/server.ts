@@ -19,6 +19,7 @@ import { type EmbeddedDatabase, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrate } from './db/migrate.ts';
 import { Feed } from './feed/feed.ts';
 import { watchHorizon } from './ops/horizon-watch.ts';
+import { Sampler } from './ops/sampler.ts';
 import { Queues } from './queues/queues.ts';
 
 export interface Server {
@@ -26,6 +27,7 @@ export interface Server {
   db: Kysely<Database>;
   feed: Feed;
   queues: Queues;
+  sampler: Sampler;
   url: string;
   databaseUrl: string;
   close(): Promise<void>;
@@ -56,6 +58,7 @@ export async function startServer(config: Config): Promise<Server> {
   let feed: Feed | undefined;
   let app: FastifyInstance | undefined;
   let stopHorizonWatch: (() => void) | undefined;
+  let sampler: Sampler | undefined;
   try {
     const applied = await migrate(db);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
@@ -64,7 +67,10 @@ export async function startServer(config: Config): Promise<Server> {
     // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
     stopHorizonWatch = watchHorizon({ db, feed, log });
     const queues = new Queues({ db, feed, batchMaxJobs: config.batchMaxEvents });
-    app = await buildApp({ config, db, feed, queues, pool });
+    // One sampler per process feeds every open live page (src/ops/sampler.ts).
+    sampler = new Sampler({ db, feed, queues });
+    await sampler.start();
+    app = await buildApp({ config, db, feed, queues, pool, sampler });
     const f = feed;
     // preClose runs before the server stops accepting: long-poll claims and SSE streams never end on
     // their own, so end them first (claims answer, SSE gets a retry hint) or close() would wait for
@@ -80,11 +86,13 @@ export async function startServer(config: Config): Promise<Server> {
       db,
       feed,
       queues,
+      sampler,
       url,
       databaseUrl,
       close: () =>
         (closing ??= (async () => {
           stopHorizonWatch?.();
+          sampler?.stop();
           await app!.close();
           await db.destroy();
           await embedded?.stop();
@@ -92,6 +100,7 @@ export async function startServer(config: Config): Promise<Server> {
     };
   } catch (err) {
     stopHorizonWatch?.();
+    sampler?.stop();
     await app?.close().catch(() => {});
     await feed?.stop(config.sseRetryMs).catch(() => {});
     await db.destroy().catch(() => {});
