@@ -94,6 +94,11 @@ export function liveRoutes(app: FastifyInstance, deps: LiveDeps): void {
       reply.hijack();
       const res = reply.raw;
       res.writeHead(200, { ...SSE_HEADERS, ...(reply.getHeaders() as Record<string, string>) });
+      // A HEAD gets the headers and ends: Node discards a HEAD's body, so a stream would never show.
+      if (request.method === 'HEAD') {
+        res.end();
+        return reply;
+      }
       const frame = (event: string, body: unknown) => `event: ${event}\ndata: ${JSON.stringify(body)}\n\n`;
       res.write(
         `retry: ${config.sseRetryMs}\n` +
