@@ -133,7 +133,10 @@ t.test('open live pages add no database queries: one sampler read per tick, howe
     `database transactions per tick do not grow with pages (${with1.xacts.toFixed(1)} → ${with26.xacts.toFixed(1)})`,
   );
 
-  const head = await fetch(`${server.url}/v1/ops/live`, { method: 'HEAD', signal: AbortSignal.timeout(5000) });
+  const head = await fetch(`${server.url}/v1/ops/live`, {
+    method: 'HEAD',
+    signal: AbortSignal.timeout(5000),
+  });
   t.equal(head.status, 200, 'HEAD answers at once');
   t.match(head.headers.get('content-type'), /text\/event-stream/);
 
