@@ -16,7 +16,9 @@ import { installFiniteNumbers, installJsonParser } from './http/input.ts';
 import { strictBodyValidator } from './http/validation.ts';
 import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
+import { liveRoutes } from './ops/live.ts';
 import { metricsRoutes } from './ops/metrics.ts';
+import type { Sampler } from './ops/sampler.ts';
 import { uiRoutes } from './ops/ui.ts';
 import type { Queues } from './queues/queues.ts';
 import { queueRoutes } from './queues/routes.ts';
@@ -31,6 +33,8 @@ export interface AppDeps {
   queues: Queues;
   /** The query pool, for /metrics (optional: its gauges are left out without it). */
   pool?: pg.Pool;
+  /** The live page's sampler (GET /v1/ops/live is served only with one). */
+  sampler?: Sampler;
 }
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
@@ -70,6 +74,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   uiRoutes(app);
   healthRoutes(app, deps);
   metricsRoutes(app, deps);
+  if (deps.sampler) liveRoutes(app, { sampler: deps.sampler, config: deps.config });
   streamRoutes(app, deps);
   streamListRoutes(app, deps);
   queueRoutes(app, deps);

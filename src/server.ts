@@ -20,6 +20,7 @@ import { type EmbeddedDatabase, startEmbeddedPostgres } from './db/embedded.ts';
 import { migrate } from './db/migrate.ts';
 import { Feed } from './feed/feed.ts';
 import { watchHorizon } from './ops/horizon-watch.ts';
+import { Sampler } from './ops/sampler.ts';
 import { Queues } from './queues/queues.ts';
 import { RETRY_AFTER_S, errorBody } from './http/errors.ts';
 
@@ -31,6 +32,7 @@ export interface Server {
   db: Kysely<Database>;
   feed: Feed;
   queues: Queues;
+  sampler: Sampler;
   url: string;
   databaseUrl: string;
   close(): Promise<void>;
@@ -61,6 +63,7 @@ export async function startServer(config: Config): Promise<Server> {
   let feed: Feed | undefined;
   let app: FastifyInstance | undefined;
   let stopHorizonWatch: (() => void) | undefined;
+  let sampler: Sampler | undefined;
   try {
     const applied = await migrate(db);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
@@ -69,7 +72,10 @@ export async function startServer(config: Config): Promise<Server> {
     // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
     stopHorizonWatch = watchHorizon({ db, feed, log });
     const queues = new Queues({ db, feed, batchMaxJobs: config.batchMaxEvents });
-    app = await buildApp({ config, db, feed, queues, pool });
+    // One sampler per process feeds every open live page (src/ops/sampler.ts).
+    sampler = new Sampler({ db, feed, queues });
+    await sampler.start();
+    app = await buildApp({ config, db, feed, queues, pool, sampler });
     const f = feed;
     // Every request that reached the server before shutdown began gets its answer; later ones get
     // 503 with Retry-After (and `connection: close`, so a client does not reuse a socket about to go).
@@ -128,12 +134,14 @@ export async function startServer(config: Config): Promise<Server> {
       db,
       feed,
       queues,
+      sampler,
       url,
       databaseUrl,
       close: () =>
         (closing ??= (async () => {
           shuttingDown = true;
           stopHorizonWatch?.();
+          sampler?.stop();
           await app!.close();
           await db.destroy();
           await embedded?.stop();
@@ -141,6 +149,7 @@ export async function startServer(config: Config): Promise<Server> {
     };
   } catch (err) {
     stopHorizonWatch?.();
+    sampler?.stop();
     await app?.close().catch(() => {});
     await feed?.stop(config.sseRetryMs).catch(() => {});
     await db.destroy().catch(() => {});

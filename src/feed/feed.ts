@@ -9,6 +9,7 @@ import type { Database } from '../db/database.ts';
 import { Batcher } from '../commit/batcher.ts';
 import { Hub } from './hub.ts';
 import { Janitor } from '../retention/janitor.ts';
+import type { FeedEvent } from './event.ts';
 import { Listener } from './listener.ts';
 import { Tailer } from './tailer.ts';
 
@@ -41,6 +42,8 @@ export class Feed {
   readonly hub: Hub;
   readonly listener: Listener;
   readonly janitor: Janitor;
+  /** Read-only observers of every page the tailer reads (the live page's sampler counts them). */
+  private readonly watchers = new Set<(events: readonly FeedEvent[]) => void>();
 
   constructor(opts: FeedOptions) {
     this.tailer = new Tailer(opts.db, {
@@ -48,7 +51,10 @@ export class Feed {
       windowEvents: opts.windowEvents,
       pollIntervalMs: opts.pollIntervalMs,
       log: opts.log,
-      onEvents: (events) => this.hub.onEvents(events),
+      onEvents: (events) => {
+        this.hub.onEvents(events);
+        for (const watch of this.watchers) watch(events);
+      },
     });
     this.hub = new Hub(this.tailer, {
       pageSize: opts.pageSize,
@@ -77,6 +83,12 @@ export class Feed {
       ownSessions: opts.ownSessions,
       log: opts.log,
     });
+  }
+
+  /** Calls `fn` with each page of events the tailer reads, after fan-out; returns the unsubscribe. */
+  watch(fn: (events: readonly FeedEvent[]) => void): () => void {
+    this.watchers.add(fn);
+    return () => this.watchers.delete(fn);
   }
 
   async start(): Promise<void> {
