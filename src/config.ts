@@ -151,34 +151,33 @@ function duration(
   };
 }
 
+/** A setting whose default is written as its variable would be. */
+function setting<T>(
+  name: string,
+  dflt: string,
+  doc: string,
+  section: string | undefined,
+  parse: (raw: string | undefined) => T,
+): Setting<T> {
+  return { name, default: dflt, doc, section, parse };
+}
+
 function int(name: string, dflt: number, min: number, doc: string, section?: string): Setting<number> {
-  return {
-    name,
-    default: String(dflt),
-    doc,
-    section,
-    parse(raw) {
-      const n = Number(raw);
-      if (raw === undefined || !/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(n) || n < min) {
-        throw new Error(`${name} must be an integer >= ${min} (got ${JSON.stringify(raw)})`);
-      }
-      return n;
-    },
-  };
+  return setting(name, String(dflt), doc, section, (raw) => {
+    const n = Number(raw);
+    if (raw === undefined || !/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(n) || n < min) {
+      throw new Error(`${name} must be an integer >= ${min} (got ${JSON.stringify(raw)})`);
+    }
+    return n;
+  });
 }
 
 function bool(name: string, dflt: boolean, doc: string, section?: string): Setting<boolean> {
-  return {
-    name,
-    default: String(dflt),
-    doc,
-    section,
-    parse(raw) {
-      if (raw !== undefined && /^(1|true|yes|on)$/i.test(raw)) return true;
-      if (raw !== undefined && /^(0|false|no|off)$/i.test(raw)) return false;
-      throw new Error(`${name} must be true or false (got ${JSON.stringify(raw)})`);
-    },
-  };
+  return setting(name, String(dflt), doc, section, (raw) => {
+    if (raw !== undefined && /^(1|true|yes|on)$/i.test(raw)) return true;
+    if (raw !== undefined && /^(0|false|no|off)$/i.test(raw)) return false;
+    throw new Error(`${name} must be true or false (got ${JSON.stringify(raw)})`);
+  });
 }
 
 function text(name: string, dflt: string, doc: string, section?: string): Setting<string> {
