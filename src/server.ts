@@ -115,7 +115,9 @@ export async function startServer(config: Config): Promise<Server> {
       // and Fastify drops what is left once preClose is done. (Its own close of the server later
       // finds it closed already.)
       net.Server.prototype.close.call(app!.server);
-      await queues.close();
+      // Waiting claims answer now; the queue batchers close only after the drain below, so an enqueue
+      // or ack still in flight is written and answered rather than refused.
+      queues.releaseWaiters();
       f.endSubscribers(config.sseRetryMs);
       if (inFlight > 0) {
         const waited = new Promise<void>((resolve) => {
@@ -125,6 +127,7 @@ export async function startServer(config: Config): Promise<Server> {
         await waited;
         if (inFlight > 0) log.warn({ inFlight }, 'shutdown: requests still in flight after the drain wait');
       }
+      await queues.close();
       await f.stop(config.sseRetryMs);
     });
     const url = await app.listen({ port: config.port, host: config.host });

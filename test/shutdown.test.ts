@@ -8,7 +8,7 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import { appendEvents } from '../src/feed/queries.ts';
-import { feedRows, sqlClient, testDatabase, until } from './helpers.ts';
+import { feedRows, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 
@@ -132,85 +132,132 @@ t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0',
   );
 });
 
-t.test('SIGTERM under concurrent publishes: every request gets an answer, 201 stored, 503 not', async (t) => {
-  const dbUrl = await testDatabase(t);
-  const { proc, url } = await startService(t, dbUrl);
-  const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
-  const db = sqlClient(t, dbUrl);
-  const { port } = new URL(url);
-  type Outcome = ({ status: number; retryAfter?: string; id?: string } | { error: string }) & {
-    sentBeforeShutdown?: boolean;
-  };
-  let killedAt = Number.POSITIVE_INFINITY;
-  // Plain http with keep-alive, as a client library would: a request either reaches the server or
-  // its connection is refused; one that reached it must not end in a bare close.
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
-  t.teardown(() => agent.destroy());
-  const post = (n: number) =>
-    new Promise<Outcome>((resolve) => {
-      const body = JSON.stringify({ data: n });
-      const req = http.request(
-        {
-          host: '127.0.0.1',
-          port,
-          path: '/v1/streams/sd/events',
-          method: 'POST',
-          agent,
-          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-        },
-        (res) => {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (c: string) => (text += c));
-          res.on('end', () => {
-            let id: string | undefined;
-            try {
-              id = (JSON.parse(text) as { id?: string }).id;
-            } catch {
-              // not JSON
-            }
-            resolve({ status: res.statusCode!, retryAfter: res.headers['retry-after'], id });
-          });
-          res.on('error', (e) => resolve({ error: `response: ${e.message}` }));
-        },
-      );
-      req.on('error', (e: NodeJS.ErrnoException) => resolve({ error: e.code ?? e.message }));
-      req.end(body);
+t.test(
+  'SIGTERM under concurrent publishes and enqueues: every request gets an answer, 201 stored, 503 not',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const { proc, url } = await startService(t, dbUrl);
+    const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
+    const db = sqlClient(t, dbUrl);
+    const { port } = new URL(url);
+    type Outcome = ({ status: number; retryAfter?: string; id?: string } | { error: string }) & {
+      sentBeforeShutdown?: boolean;
+      kind?: 'event' | 'job';
+    };
+    let killedAt = Number.POSITIVE_INFINITY;
+    // Plain http with keep-alive, as a client library would: a request either reaches the server or
+    // its connection is refused; one that reached it must not end in a bare close.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
+    t.teardown(() => agent.destroy());
+    // Even requests publish an event, odd ones enqueue a job: both write through a group-commit batcher.
+    const post = (n: number) =>
+      new Promise<Outcome>((resolve) => {
+        const job = n % 2 === 1;
+        const body = JSON.stringify(job ? { payload: n } : { data: n });
+        const req = http.request(
+          {
+            host: '127.0.0.1',
+            port,
+            path: job ? '/v1/queues/sd/jobs' : '/v1/streams/sd/events',
+            method: 'POST',
+            agent,
+            headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+          },
+          (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (c: string) => (text += c));
+            res.on('end', () => {
+              let id: string | undefined;
+              try {
+                id = (JSON.parse(text) as { id?: string }).id;
+              } catch {
+                // not JSON
+              }
+              resolve({
+                status: res.statusCode!,
+                retryAfter: res.headers['retry-after'],
+                id,
+                kind: job ? 'job' : 'event',
+              });
+            });
+            res.on('error', (e) => resolve({ error: `response: ${e.message}` }));
+          },
+        );
+        req.on('error', (e: NodeJS.ErrnoException) => resolve({ error: e.code ?? e.message }));
+        req.end(body);
+      });
+    const outcomes: Outcome[] = [];
+    let n = 0;
+    let stop = false;
+    const workers = Array.from({ length: 16 }, async () => {
+      while (!stop) {
+        const sentAt = performance.now();
+        const o: Outcome = await post(n++);
+        o.sentBeforeShutdown = sentAt < killedAt;
+        outcomes.push(o);
+        if ('error' in o && o.error === 'ECONNREFUSED') break; // no longer listening: never reached it
+      }
     });
-  const outcomes: Outcome[] = [];
-  let n = 0;
-  let stop = false;
-  const workers = Array.from({ length: 16 }, async () => {
-    while (!stop) {
-      const sentAt = performance.now();
-      const o: Outcome = await post(n++);
-      o.sentBeforeShutdown = sentAt < killedAt;
-      outcomes.push(o);
-      if ('error' in o && o.error === 'ECONNREFUSED') break; // no longer listening: never reached it
-    }
-  });
-  await until(() => outcomes.length >= 200, 20000, 'publishes under way');
-  killedAt = performance.now();
-  proc.kill('SIGTERM');
-  await until(() => proc.exitCode !== null, 20000, 'the service to exit');
-  stop = true;
-  await Promise.all(workers);
-  t.equal(await exited, 0, 'exited 0');
+    await until(() => outcomes.length >= 200, 20000, 'publishes under way');
+    killedAt = performance.now();
+    proc.kill('SIGTERM');
+    await until(() => proc.exitCode !== null, 20000, 'the service to exit');
+    stop = true;
+    await Promise.all(workers);
+    t.equal(await exited, 0, 'exited 0');
 
-  // A refused connection never reached the server; anything else that did must get an answer.
-  const broken = outcomes.filter((o) => 'error' in o && (o.sentBeforeShutdown || o.error !== 'ECONNREFUSED'));
-  t.same(broken, [], 'every request that reached the server got an HTTP answer (no reset)');
-  t.comment(`${outcomes.length} requests, ${outcomes.filter((o) => 'error' in o).length} refused at connect`);
-  const answered = outcomes.filter(
-    (o): o is { status: number; retryAfter?: string; id?: string } => 'status' in o,
-  );
-  const bad = answered.filter((o) => o.status !== 201 && !(o.status === 503 && o.retryAfter !== undefined));
-  t.same(bad, [], 'each answer is 201, or 503 with Retry-After');
-  const created = answered.filter((o) => o.status === 201).map((o) => o.id);
-  t.ok(
-    outcomes.some((o) => ('status' in o && o.status === 503) || ('error' in o && o.error === 'ECONNREFUSED')),
-    'new work was refused during shutdown',
-  );
-  const rows = (await feedRows(db)).filter((r) => r.stream === 'sd').map((r) => r.cursor);
-  t.same(rows.sort(), created.sort(), 'every 201 is in the feed, nothing else is');
+    // A refused connection never reached the server; anything else that did must get an answer.
+    const broken = outcomes.filter(
+      (o) => 'error' in o && (o.sentBeforeShutdown || o.error !== 'ECONNREFUSED'),
+    );
+    t.same(broken, [], 'every request that reached the server got an HTTP answer (no reset)');
+    t.comment(
+      `${outcomes.length} requests, ${outcomes.filter((o) => 'error' in o).length} refused at connect`,
+    );
+    const answered = outcomes.filter(
+      (o): o is { status: number; retryAfter?: string; id?: string; kind?: 'event' | 'job' } => 'status' in o,
+    );
+    const bad = answered.filter((o) => o.status !== 201 && !(o.status === 503 && o.retryAfter !== undefined));
+    t.same(bad, [], 'each answer is 201, or 503 with Retry-After');
+    const created = answered.filter((o) => o.status === 201 && o.kind === 'event').map((o) => o.id);
+    const enqueued = answered.filter((o) => o.status === 201 && o.kind === 'job').map((o) => o.id);
+    t.ok(
+      outcomes.some(
+        (o) => ('status' in o && o.status === 503) || ('error' in o && o.error === 'ECONNREFUSED'),
+      ),
+      'new work was refused during shutdown',
+    );
+    const rows = (await feedRows(db)).filter((r) => r.stream === 'sd').map((r) => r.cursor);
+    t.same(rows.sort(), created.sort(), 'every 201 is in the feed, nothing else is');
+    const { rows: jobs } = await sql<{ id: string }>`
+    select id::text as id from commitfeed.jobs where queue = 'sd'`.execute(db);
+    t.ok(enqueued.length > 0, 'jobs were enqueued before the shutdown');
+    t.same(
+      jobs.map((j) => j.id).sort(),
+      enqueued.sort(),
+      'every enqueue answered 201 is in the jobs table, nothing else is',
+    );
+  },
+);
+
+t.test('a write that reaches a closed batcher is answered 503 with Retry-After, not 500', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl);
+  // What a request still in flight meets if its batcher closed first.
+  await server.feed.batcher.close();
+  await server.queues.enqueuer.close();
+  for (const [path, body] of [
+    ['/v1/streams/late/events', { data: 1 }],
+    ['/v1/queues/late/jobs', { payload: 1 }],
+  ] as const) {
+    const res = await fetch(`${server.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    t.equal(res.status, 503, `${path}: 503`);
+    t.ok(res.headers.get('retry-after'), `${path}: with Retry-After`);
+    t.equal(((await res.json()) as { code: string }).code, 'shutting_down', `${path}: code shutting_down`);
+  }
 });

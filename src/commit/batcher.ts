@@ -23,6 +23,14 @@ interface Pending<I, R> {
 }
 
 /** One grouped write: a single statement or transaction, returning one result per item, in order. */
+
+/** A write that reached a batcher after it closed (shutdown): answered 503 with Retry-After. */
+export class ShuttingDownError extends Error {
+  constructor() {
+    super('commitfeed is shutting down; retry on another instance or after the restart');
+  }
+}
+
 export type GroupWrite<I, R> = (db: Db, items: readonly I[]) => Promise<R[]>;
 
 export interface BatcherOptions<I = EventInput, R = AppendResult> {
@@ -55,7 +63,7 @@ export class Batcher<I = EventInput, R = AppendResult> {
 
   /** Writes one request's items (all-or-nothing), grouped with concurrent requests. */
   publish(events: readonly I[]): Promise<R[]> {
-    if (this.closed) return Promise.reject(new Error('commitfeed is shutting down'));
+    if (this.closed) return Promise.reject(new ShuttingDownError());
     return new Promise((resolve, reject) => {
       this.queue.push({ events, resolve, reject });
       this.queuedEvents += events.length;

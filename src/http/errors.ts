@@ -6,6 +6,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { FastifyError, FastifyInstance } from 'fastify';
+import { ShuttingDownError } from '../commit/batcher.ts';
 import { isUnavailable } from '../db/database.ts';
 
 export class ApiError extends Error {
@@ -98,6 +99,10 @@ export function installErrorHandlers(app: FastifyInstance): void {
     if (known) {
       const message = known[1] === 'invalid_json' ? `body is not valid JSON: ${err.message}` : err.message;
       return reply.code(known[0]).send(errorBody(known[0], known[1], message));
+    }
+    if (err instanceof ShuttingDownError) {
+      reply.header('retry-after', String(RETRY_AFTER_S));
+      return reply.code(503).send(errorBody(503, 'shutting_down', err.message));
     }
     if (isUnavailable(err)) {
       request.log.warn({ err: err.message }, 'database unavailable');

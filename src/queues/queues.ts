@@ -192,7 +192,12 @@ export class Queues {
 
   /** Releases waiting claims and finishes queued enqueues and acks. */
   async close(): Promise<void> {
-    this.wakeups.close();
+    this.releaseWaiters();
     await Promise.all([this.enqueuer.close(), this.acker.close()]);
+  }
+
+  /** Answers waiting claims now (they return no jobs); enqueues and acks still go through until close(). */
+  releaseWaiters(): void {
+    this.wakeups.close();
   }
 }
