@@ -3,26 +3,12 @@
 // server is stopped and a new one started on the same port and database; the browser reconnects by
 // itself with Last-Event-ID and nothing is lost or repeated. Screenshots go to test-artifacts/.
 // No Chromium is a failure, not a skip: CI installs it (.ci/run).
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import os from 'node:os';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { sql } from 'kysely';
-import { chromium } from 'playwright-core';
 import t from 'tap';
+import { ARTIFACTS, launchChromium } from './chromium.ts';
 import { feedRows, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
-
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-const ARTIFACTS = path.resolve('test-artifacts');
-const FLAGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 interface TailState {
   stream: string | null;
@@ -33,32 +19,12 @@ interface TailState {
   lastId: string | null;
 }
 
-async function launch(t: { teardown(fn: () => unknown): void }) {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `Chromium not found at ${CHROMIUM}: install it (apt-get install -y chromium; .ci/run does) or set CHROMIUM_PATH`,
-    );
-  }
-  const userDataDir = mkdtempSync(path.join(os.tmpdir(), 'commitfeed-chromium-'));
-  const context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: FLAGS,
-    viewport: { width: 1200, height: 800 },
-  });
-  t.teardown(async () => {
-    await context.close().catch(() => {});
-    rmSync(userDataDir, { recursive: true, force: true });
-  });
-  return context;
-}
-
 t.test('the live page tails a stream with EventSource across a server restart', async (t) => {
   const dbUrl = await testDatabase(t);
   let server = await startTestServer(t, dbUrl);
   const port = Number(new URL(server.url).port);
   const db = sqlClient(t, dbUrl);
-  const context = await launch(t);
+  const context = await launchChromium(t, { width: 1200, height: 800 });
   const page = await context.newPage();
   const consoleErrors: string[] = [];
   page.on('pageerror', (err) => consoleErrors.push(err.message));
@@ -123,7 +89,7 @@ t.test(
     let server = await startTestServer(t, dbUrl);
     const port = Number(new URL(server.url).port);
     const db = sqlClient(t, dbUrl);
-    const context = await launch(t);
+    const context = await launchChromium(t, { width: 1200, height: 800 });
     const page = await context.newPage();
     const consoleErrors: string[] = [];
     page.on('pageerror', (err) => consoleErrors.push(err.message));
@@ -214,7 +180,7 @@ t.test(
     let server = await startTestServer(t, dbUrl);
     const port = Number(new URL(server.url).port);
     const db = sqlClient(t, dbUrl);
-    const context = await launch(t);
+    const context = await launchChromium(t, { width: 1200, height: 800 });
     const page = await context.newPage();
     await page.goto(`${server.url}/healthz`);
     await publish(server.url, 'pb', { data: { n: 0 } });
@@ -259,7 +225,7 @@ t.test(
 
 t.test('the docs page renders the API in a browser', async (t) => {
   const server = await startTestServer(t, await testDatabase(t));
-  const context = await launch(t);
+  const context = await launchChromium(t, { width: 1200, height: 800 });
   const page = await context.newPage();
   await page.goto(`${server.url}/docs`);
   await page.waitForSelector('.opblock-summary-path', { timeout: 20000 });

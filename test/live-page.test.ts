@@ -4,35 +4,21 @@
 // job, at desktop and phone widths. Screenshots go to test-artifacts/; with UPDATE_README_SCREENSHOT=1
 // the desktop one is also written to docs/live-page.png (the README's).
 // No Chromium is a failure, not a skip: CI installs it (.ci/run).
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import type pg from 'pg';
-import { chromium } from 'playwright-core';
 import t from 'tap';
+import { ARTIFACTS, launchChromium } from './chromium.ts';
 import { mintToken } from '../src/auth/tokens.ts';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import type { Sample, StreamRow } from '../src/ops/sampler.ts';
 import { pgClient, publish, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 import { api, claim, enqueue, nack } from './queue-helpers.ts';
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-const ARTIFACTS = path.resolve('test-artifacts');
 const README_SHOT = path.resolve('docs/live-page.png');
 const SECRET = 'live-page-secret-0123456789-0123456789-abc';
-const FLAGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
-
 interface History {
   intervalMs: number;
   admin: boolean;
@@ -251,26 +237,6 @@ t.test('with access control on, each connection sees only what its token may', a
   t.equal(part.history()!.admin, false);
 });
 
-async function launch(t: { teardown(fn: () => unknown): void }) {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `Chromium not found at ${CHROMIUM}: install it (apt-get install -y chromium; .ci/run does) or set CHROMIUM_PATH`,
-    );
-  }
-  const userDataDir = mkdtempSync(path.join(os.tmpdir(), 'commitfeed-chromium-'));
-  const context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: FLAGS,
-    viewport: { width: 1280, height: 900 },
-  });
-  t.teardown(async () => {
-    await context.close().catch(() => {});
-    rmSync(userDataDir, { recursive: true, force: true });
-  });
-  return context;
-}
-
 interface PageLive {
   state: string;
   samples: number;
@@ -284,7 +250,7 @@ t.test('the live page shows traffic, a stall, a slow subscriber and a dead lette
   const dbUrl = await testDatabase(t);
   const server = await startTestServer(t, dbUrl, { slowSubscriberMaxMs: 1500 });
   const base = server.url;
-  const context = await launch(t);
+  const context = await launchChromium(t);
   const page = await context.newPage();
   const errors: string[] = [];
   page.on('pageerror', (err) => errors.push(err.message));
@@ -487,7 +453,7 @@ t.test('with access control on, the page asks for a token and never puts it in a
       body: JSON.stringify({ data: 1 }),
     });
   }
-  const context = await launch(t);
+  const context = await launchChromium(t);
   const page = await context.newPage();
   const urls: string[] = [];
   page.on('request', (r) => urls.push(r.url()));
