@@ -96,7 +96,7 @@ const eventRead = {
 export const readResponse = {
   200: {
     description:
-      'JSON page (default) or, with `Accept: text/event-stream`, an SSE stream: `retry:` and a primed `id:` first, ' +
+      'JSON page (default) or, with `Accept: text/event-stream`, an SSE stream: `retry:` and a priming frame (`id:` of the start position, `event: primed`, empty data) first, ' +
       'then `id`/`event`/`data` frames; `event: unavailable` (no id) when the database is lost mid-stream',
     content: {
       'application/json': {
