@@ -60,6 +60,19 @@ export async function startServer(config: Config): Promise<Server> {
     preparedStatements: config.preparedStatements,
     log,
   });
+  // Feed reads on streaming standbys (src/feed/reads.ts): a pool per standby, closed with the primary's.
+  const standbys = config.readDatabaseUrls.map((url) => ({
+    name: standbyName(url),
+    db: createDatabase({
+      url,
+      poolSize: config.poolSize,
+      statementTimeoutMs: config.statementTimeoutMs,
+      preparedStatements: config.preparedStatements,
+      applicationName: 'commitfeed-read',
+      log,
+    }).db,
+  }));
+  const closeStandbys = () => Promise.all(standbys.map((s) => s.db.destroy().catch(() => {})));
   let feed: Feed | undefined;
   let app: FastifyInstance | undefined;
   let stopHorizonWatch: (() => void) | undefined;
@@ -67,7 +80,7 @@ export async function startServer(config: Config): Promise<Server> {
   try {
     const applied = await migrate(db);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
-    feed = new Feed({ ...config, db, databaseUrl, ownSessions: sessions, log });
+    feed = new Feed({ ...config, db, databaseUrl, ownSessions: sessions, standbys, log });
     await feed.start();
     // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
     stopHorizonWatch = watchHorizon({ db, feed, log });
@@ -147,6 +160,7 @@ export async function startServer(config: Config): Promise<Server> {
           sampler?.stop();
           await app!.close();
           await db.destroy();
+          await closeStandbys();
           await embedded?.stop();
         })()),
     };
@@ -156,7 +170,18 @@ export async function startServer(config: Config): Promise<Server> {
     await app?.close().catch(() => {});
     await feed?.stop(config.sseRetryMs).catch(() => {});
     await db.destroy().catch(() => {});
+    await closeStandbys();
     await embedded?.stop().catch(() => {});
     throw err;
+  }
+}
+
+/** host:port/database of a connection URL: names a standby in logs and metrics without its password. */
+function standbyName(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.host}${u.pathname}`;
+  } catch {
+    return 'standby';
   }
 }
