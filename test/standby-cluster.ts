@@ -27,6 +27,9 @@ export interface StandbyCluster {
   restartStandby(): Promise<void>;
   stopStandby(): Promise<void>;
   startStandby(): Promise<void>;
+  /** Stops or starts the primary (the standby reconnects to it on its own). */
+  stopPrimary(): Promise<void>;
+  startPrimary(): Promise<void>;
   /** Ends recovery: the standby becomes a primary of its own. */
   promote(): Promise<void>;
   /** Waits until the standby has replayed everything the primary has flushed. */
@@ -190,6 +193,10 @@ export async function startStandbyCluster(opts: StandbyClusterOptions): Promise<
       await stopServer(standbyDir);
     },
     startStandby: () => startServer(standbyDir),
+    stopPrimary: async () => {
+      await stopServer(primaryDir);
+    },
+    startPrimary: () => startServer(primaryDir),
     restartStandby: async () => {
       await stopServer(standbyDir);
       await startServer(standbyDir);
