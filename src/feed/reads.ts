@@ -116,13 +116,15 @@ export class FeedReads {
   async tail<T>(woken: boolean, read: (db: Db) => Promise<T>): Promise<T> {
     const s = this.pick();
     if (!s) return this.onPrimary(read);
+    // Outside the try: a primary that cannot be asked fails this read (the tailer backs off) and is
+    // not the standby's fault.
+    const target = woken ? await this.primaryLsn() : undefined;
     try {
-      if (!woken) {
+      if (target === undefined) {
         const r = await read(s.db);
         this.stats.standby++;
         return r;
       }
-      const target = await this.primaryLsn();
       const NOT_YET = Symbol('not yet');
       // One connection for the wait and the read: replay only moves forward on one server, while a
       // pool could hand the read a connection to a restarted standby that is behind again.
