@@ -9,8 +9,8 @@ import type { Server } from '../src/server.ts';
 import { type SseReader, openSse, publish, startTestServer, until } from './helpers.ts';
 import { type StandbyCluster, startStandbyCluster } from './standby-cluster.ts';
 
-// Two ports of their own beside the run's PostgreSQL (primary, standby).
-const PORT = Number(process.env.TEST_PG_PORT ?? 54339) + 17;
+// Two ports of their own beside the run's PostgreSQL (primary, standby): TEST_PG_PORT + 10 and + 11.
+const PORT = Number(process.env.TEST_PG_PORT ?? 54339) + 10;
 
 t.setTimeout(120_000);
 
