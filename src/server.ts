@@ -61,8 +61,12 @@ export async function startServer(config: Config): Promise<Server> {
     log,
   });
   // Feed reads on streaming standbys (src/feed/reads.ts): a pool per standby, closed with the primary's.
-  const standbys = config.readDatabaseUrls.map((url) => ({
-    name: standbyName(url),
+  const standbys = config.readDatabaseUrls.map((url, i, all) => ({
+    // Two URLs of one server (e.g. different options) still get two names.
+    name:
+      all.findIndex((u) => standbyName(u) === standbyName(url)) === i
+        ? standbyName(url)
+        : `${standbyName(url)}#${i + 1}`,
     db: createDatabase({
       url,
       poolSize: config.poolSize,

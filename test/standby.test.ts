@@ -155,6 +155,35 @@ t.test('replay paused: read-your-writes and live delivery fall over to the prima
   t.same(ids(live), [first.body.id, second.body.id, third.body.id], 'nothing lost or repeated');
 });
 
+t.test('two standbys: reads go round both, each event once, in order', async (t) => {
+  // One server under two URLs stands in for two standbys: each has its own pool, state and name.
+  const s = await startTestServer(t, c().primaryUrl, {
+    readDatabaseUrls: [c().standbyUrl, `${c().standbyUrl}?application_name=second`],
+    readLagWaitMs: 300,
+    pollIntervalMs: 600_000,
+    windowEvents: 100,
+    pageSize: 10,
+  });
+  await until(() => s.feed.reads.status().every((x) => x.state === 'ok'), 10_000, 'both standbys');
+  t.equal(new Set(s.feed.reads.status().map((x) => x.name)).size, 2, 'two names');
+  const live = await openSse(t, `${s.url}/v1/streams/two/events`);
+  const events = Array.from({ length: 150 }, (_, n) => ({ data: { n } }));
+  t.equal((await publish(s.url, 'two', events)).status, 201);
+  await live.waitFor(150, 10_000);
+  const history = await openSse(t, `${s.url}/v1/streams/two/events?from=earliest`);
+  await history.waitFor(150, 10_000);
+  t.same(datas(history), datas(live), 'catch-up over both standbys matches live delivery');
+  t.same(
+    datas(live),
+    Array.from({ length: 150 }, (_, n) => n),
+  );
+  t.equal(s.feed.reads.stats.fallbacks, 0, 'no read went to the primary');
+  t.ok(
+    s.feed.reads.status().every((x) => x.reads > 0),
+    'both standbys served reads',
+  );
+});
+
 t.test('standby restarted: readers fail over and come back without a gap or a duplicate', async (t) => {
   const s = await server(t);
   const live = await openSse(t, `${s.url}/v1/streams/r/events`);

@@ -45,6 +45,8 @@ export interface StandbyStatus {
   state: StandbyState;
   /** WAL bytes the standby had yet to replay at the last probe (-1: unknown). */
   lagBytes: number;
+  /** Reads it served. */
+  reads: number;
 }
 
 export interface FeedReadsOptions {
@@ -57,6 +59,7 @@ export interface FeedReadsOptions {
 interface Standby extends StandbyDb {
   state: StandbyState;
   lagBytes: number;
+  reads: number;
 }
 
 const PRIMARY_LSN_SQL = 'select pg_current_wal_flush_lsn()::text as lsn';
@@ -86,7 +89,7 @@ export class FeedReads {
     standbys: readonly StandbyDb[],
     private readonly opts: FeedReadsOptions,
   ) {
-    this.standbys = standbys.map((s) => ({ ...s, state: 'down', lagBytes: -1 }));
+    this.standbys = standbys.map((s) => ({ ...s, state: 'down', lagBytes: -1, reads: 0 }));
   }
 
   get configured(): boolean {
@@ -94,7 +97,7 @@ export class FeedReads {
   }
 
   status(): StandbyStatus[] {
-    return this.standbys.map((s) => ({ name: s.name, state: s.state, lagBytes: s.lagBytes }));
+    return this.standbys.map((s) => ({ name: s.name, state: s.state, lagBytes: s.lagBytes, reads: s.reads }));
   }
 
   async start(): Promise<void> {
@@ -123,6 +126,7 @@ export class FeedReads {
       if (target === undefined) {
         const r = await read(s.db);
         this.stats.standby++;
+        s.reads++;
         return r;
       }
       const NOT_YET = Symbol('not yet');
@@ -133,6 +137,7 @@ export class FeedReads {
         .execute(async (conn) => ((await this.waitForReplay(s, conn, target)) ? read(conn) : NOT_YET));
       if (r !== NOT_YET) {
         this.stats.standby++;
+        s.reads++;
         return r as T;
       }
     } catch (err) {
@@ -154,6 +159,7 @@ export class FeedReads {
         const r = await read(s.db);
         if (complete(r)) {
           this.stats.standby++;
+          s.reads++;
           return r;
         }
         const left = deadline - Date.now();

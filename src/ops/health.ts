@@ -27,6 +27,7 @@ const readySchema = {
           name: { type: 'string' },
           state: { type: 'string', enum: ['ok', 'lagging', 'down', 'promoted'] },
           lagBytes: { type: 'number' },
+          reads: { type: 'number', description: 'feed reads it served since start' },
         },
       },
     },
