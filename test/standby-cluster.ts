@@ -13,6 +13,7 @@
 import { type SpawnOptions, spawn } from 'node:child_process';
 import { chown, mkdir, rm, writeFile, appendFile, cp } from 'node:fs/promises';
 import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -107,6 +108,11 @@ export async function startStandbyCluster(opts: StandbyClusterOptions): Promise<
   };
   const stopServer = (dir: string) => ctl(dir, '-w', '-t', '60', '-m', 'fast', 'stop').catch(() => undefined);
 
+  // Servers left running by a killed run of the same folder would hold the ports: stop them first.
+  for (const dir of [standbyDir, primaryDir]) {
+    if (existsSync(path.join(dir, 'postmaster.pid')))
+      await ctl(dir, '-w', '-m', 'immediate', 'stop').catch(() => {});
+  }
   await rm(base, { recursive: true, force: true });
   await mkdir(base, { recursive: true });
   if (ids) await chown(base, ids.uid, ids.gid);
