@@ -595,7 +595,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
         } else if (kind === 'pauseReplay' && cluster) {
           // The standby lags while writes go on: woken reads wait, then fall over to the primary.
           await cluster.pause().catch(() => {});
-          await sleep(fr.int(300, 2500));
+          await sleep(fr.int(300, 1500));
           await cluster.resume().catch(() => {});
         } else if (kind === 'restartStandby' && cluster) {
           await cluster.stopStandby();
