@@ -10,6 +10,7 @@ import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 import { NAMED_SSE_FRAME_SQL, SSE_FRAME_SQL, lastFrameCursor } from './frames.ts';
+import type { CheckedEventInput } from './validate.ts';
 
 export type { FeedEvent } from './event.ts';
 
@@ -67,6 +68,11 @@ export const APPEND_SQL = prepared(
   'select cursor, duplicate from commitfeed.append($1::text[], $2::text[], $3::text[], $4::json[])',
 );
 
+/** APPEND_SQL without the input checks, for events toEventInput() accepted (see append-unchecked.sql). */
+export const APPEND_UNCHECKED_SQL = prepared(
+  'select cursor, duplicate from commitfeed.append_unchecked($1::text[], $2::text[], $3::text[], $4::json[])',
+);
+
 /** APPEND_SQL's parameters: one array per column. */
 export function appendParams(events: readonly EventInput[]): unknown[] {
   return columns(events, ['stream', 'type', 'key', 'data']);
@@ -100,6 +106,22 @@ export async function appendEvents(db: Db, events: readonly EventInput[]): Promi
   if (events.length === 0) return [];
   const { rows } = await db.executeQuery<{ cursor: string; duplicate: boolean }>(
     CompiledQuery.raw(APPEND_SQL, appendParams(events)),
+  );
+  return appendResults(events, rows);
+}
+
+/**
+ * appendEvents() for events already checked in TypeScript (the type says toEventInput() made them):
+ * the same statement without the SQL function's restatement of those checks, which were a quarter
+ * to a third of its work. The group-commit batcher's write.
+ */
+export async function appendCheckedEvents(
+  db: Db,
+  events: readonly CheckedEventInput[],
+): Promise<AppendResult[]> {
+  if (events.length === 0) return [];
+  const { rows } = await db.executeQuery<{ cursor: string; duplicate: boolean }>(
+    CompiledQuery.raw(APPEND_UNCHECKED_SQL, appendParams(events)),
   );
   return appendResults(events, rows);
 }
