@@ -4,6 +4,7 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { Batcher } from '../src/commit/batcher.ts';
 import { appendEvents } from '../src/feed/queries.ts';
+import type { CheckedEventInput } from '../src/feed/validate.ts';
 import {
   feedRows,
   openSse,
@@ -15,7 +16,9 @@ import {
   until,
 } from './helpers.ts';
 
-const ev = (stream: string, data: unknown) => ({ stream, type: null, key: null, data: JSON.stringify(data) });
+// The batcher takes events toEventInput() checked; these are valid by construction.
+const ev = (stream: string, data: unknown) =>
+  ({ stream, type: null, key: null, data: JSON.stringify(data) }) as CheckedEventInput;
 
 t.test('out-of-order commits: a lower id committing last is delivered, in (txid, id) order', async (t) => {
   const dbUrl = await testDatabase(t);
@@ -187,7 +190,9 @@ t.test('group commit: concurrent publishes share statements, and one bad request
   const batcher = new Batcher(db, { maxEvents: 1000, maxInflight: 1 });
   const good = Array.from({ length: 50 }, (_, i) => batcher.publish([ev('g', i)]));
   // Invalid JSON text slips past no HTTP validation here: the database rejects it.
-  const bad = batcher.publish([{ stream: 'g', type: null, key: null, data: '{not json' }]);
+  const bad = batcher.publish([
+    { stream: 'g', type: null, key: null, data: '{not json' } as CheckedEventInput,
+  ]);
   const more = Array.from({ length: 50 }, (_, i) => batcher.publish([ev('g', 50 + i)]));
   const results = await Promise.allSettled([...good, bad, ...more]);
   t.equal(results.filter((r) => r.status === 'fulfilled').length, 100, 'the 100 good requests committed');

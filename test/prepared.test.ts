@@ -7,7 +7,7 @@ import t from 'tap';
 import { createDatabase } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { START } from '../src/feed/cursor.ts';
-import { appendEvents, readTail } from '../src/feed/queries.ts';
+import { TAIL_SQL, appendEvents, readTail } from '../src/feed/queries.ts';
 import { createPartition } from '../src/retention/partitions.ts';
 import { testDatabase } from './helpers.ts';
 
@@ -71,5 +71,26 @@ t.test('PREPARED_STATEMENTS=off sends every query unnamed', async (t) => {
     const { rows } = await sql<{ n: number }>`
       select count(*)::int as n from pg_prepared_statements`.execute(conn);
     t.equal(rows[0].n, 0, 'nothing prepared');
+  });
+});
+
+t.test('the tail read keeps index scans when planned on a fresh, unanalysed feed', async (t) => {
+  // A prepared statement's generic plan is made once per connection, here while the day's partition
+  // is nearly empty and has no statistics (autovacuum off), and kept while the partition grows
+  // until an ANALYZE invalidates it: a sequential scan planned now would run on every tail read.
+  const db = await open(t, await testDatabase(t), true);
+  await db.connection().execute(async (conn) => {
+    for (let i = 0; i < 3; i++) await appendEvents(conn, [event(i)]);
+    await sql`set plan_cache_mode = force_generic_plan`.execute(conn);
+    await sql`prepare tail_probe as ${sql.raw(TAIL_SQL)}`.execute(conn);
+    const { rows } = await sql<{ 'QUERY PLAN': string }>`
+      explain (costs off) execute tail_probe('1', 1, 1000)`.execute(conn);
+    const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+    t.notMatch(plan, /Seq Scan on feed_/, 'no sequential scan of a feed partition');
+    t.match(
+      plan,
+      /Index (Only )?Scan Backward using feed_\w+_txid_id_idx/,
+      'the probe reads the last row by index',
+    );
   });
 });

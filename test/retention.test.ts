@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
 import { RANGE_ONE_SQL, TAIL_SQL } from '../src/feed/queries.ts';
-import { listPartitions, partitionName, readTrimMark } from '../src/retention/partitions.ts';
+import { analyzeChanged, listPartitions, partitionName, readTrimMark } from '../src/retention/partitions.ts';
 import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
 const HOUR = 3_600_000;
@@ -375,4 +375,44 @@ t.test('the janitor ANALYZEs partitions whose rows changed a lot since their sta
   t.ok(rows[0].analyzed, 'PostgreSQL records the analyze');
   run = await server.feed.janitor.runOnce(now);
   t.notOk(run.analyzed.includes(`commitfeed.${part}`), 'not again while nothing changed');
+});
+
+t.test("the janitor's frequent check ANALYZEs a fresh partition each time it doubles", async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, retention());
+  const db = sqlClient(t, dbUrl);
+  const now = new Date(todayUtc() + 3 * DAY);
+  await server.feed.janitor.runOnce(now);
+  const part = partitionName(now);
+  const name = `commitfeed.${part}`;
+  await sql`alter table ${sql.id('commitfeed', part)} set (autovacuum_enabled = off)`.execute(db);
+  const add = (n: number) =>
+    sql`insert into commitfeed.feed (stream, data, created_at)
+        select 's', to_json(g), ${now.toISOString()}::timestamptz from generate_series(1, ${n}) g`.execute(
+      db,
+    );
+  // Backends report row counts to the statistics system within a second or so of going idle.
+  const reported = (n: number) =>
+    until(
+      async () => {
+        const { rows } = await sql<{ n: string }>`
+          select coalesce(max(n_mod_since_analyze), 0)::text as n from pg_stat_user_tables
+          where schemaname = 'commitfeed' and relname = ${part}`.execute(db);
+        return Number(rows[0].n) >= n;
+      },
+      10_000,
+      `${n} changed rows reported`,
+    );
+  await add(1500);
+  await reported(1500);
+  t.ok((await analyzeChanged(db, 1000, 'doubled')).includes(name), 'analysed at 1,500 rows');
+  await add(1000);
+  await reported(1000);
+  t.notOk(
+    (await analyzeChanged(db, 1000, 'doubled')).includes(name),
+    'not at 2,500 (grew by 1,000 of 1,500)',
+  );
+  await add(600);
+  await reported(1600);
+  t.ok((await analyzeChanged(db, 1000, 'doubled')).includes(name), 'again at 3,100 (grew by 1,600 of 1,500)');
 });

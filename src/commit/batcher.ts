@@ -1,5 +1,5 @@
 /**
- * Group commit, for publishes (the default write, appendEvents) and for any other write that gains
+ * Group commit, for publishes (the default write, appendCheckedEvents) and for any other write that gains
  * from grouping (queue enqueues and acks pass their own `write`). Every notifying commit takes a
  * cluster-wide lock through its WAL flush, so one transaction per request caps the whole database;
  * instead, requests that arrive while a write is in flight wait together and go out as the next
@@ -14,7 +14,8 @@
  */
 import type { Db } from '../db/database.ts';
 import { isUnavailable } from '../db/database.ts';
-import { type AppendResult, type EventInput, appendEvents } from '../feed/queries.ts';
+import { type AppendResult, appendCheckedEvents } from '../feed/queries.ts';
+import type { CheckedEventInput } from '../feed/validate.ts';
 
 interface Pending<I, R> {
   events: readonly I[];
@@ -33,18 +34,18 @@ export class ShuttingDownError extends Error {
 
 export type GroupWrite<I, R> = (db: Db, items: readonly I[]) => Promise<R[]>;
 
-export interface BatcherOptions<I = EventInput, R = AppendResult> {
+export interface BatcherOptions<I = CheckedEventInput, R = AppendResult> {
   /** Most items (events) in one statement (a request is never split). */
   maxEvents: number;
   /** Writes in flight at once: while one commits, the next can already insert. */
   maxInflight?: number;
   /** Called after every successful commit (pokes the local tailer without waiting for NOTIFY). */
   onCommit?: () => void;
-  /** The grouped write; default appendEvents (publishes). */
+  /** The grouped write; default appendCheckedEvents (publishes, checked by toEventInput). */
   write?: GroupWrite<I, R>;
 }
 
-export class Batcher<I = EventInput, R = AppendResult> {
+export class Batcher<I = CheckedEventInput, R = AppendResult> {
   private queue: Pending<I, R>[] = [];
   private queuedEvents = 0;
   private inflight = 0;
@@ -58,7 +59,7 @@ export class Batcher<I = EventInput, R = AppendResult> {
     private readonly db: Db,
     private readonly opts: BatcherOptions<I, R>,
   ) {
-    this.writeGroup = opts.write ?? (appendEvents as unknown as GroupWrite<I, R>);
+    this.writeGroup = opts.write ?? (appendCheckedEvents as unknown as GroupWrite<I, R>);
   }
 
   /** Writes one request's items (all-or-nothing), grouped with concurrent requests. */

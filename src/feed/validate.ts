@@ -65,6 +65,10 @@ export function assertKey(key: unknown, where: string): asserts key is string | 
   }
 }
 
+declare const checked: unique symbol;
+/** An event toEventInput() accepted: only such events may skip the SQL checks (appendCheckedEvents). */
+export type CheckedEventInput = EventInput & { readonly [checked]: true };
+
 /** The JSON body of one event, as accepted by the API. */
 export interface EventBody {
   data: unknown;
@@ -78,7 +82,7 @@ export function toEventInput(
   body: EventBody,
   maxEventBytes: number,
   where = 'event',
-): EventInput {
+): CheckedEventInput {
   assertName(stream);
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw invalid(`${where} must be a JSON object with a "data" property`);
@@ -93,5 +97,5 @@ export function toEventInput(
   if (data.length * 3 > maxEventBytes && Buffer.byteLength(data) > maxEventBytes) {
     throw new ApiError(413, 'event_too_large', `${where}.data is larger than ${maxEventBytes} bytes`);
   }
-  return { stream, type: body.type ?? null, key: body.key ?? null, data };
+  return { stream, type: body.type ?? null, key: body.key ?? null, data } as CheckedEventInput;
 }

@@ -8,8 +8,11 @@
  * Lifecycle: one per process, started with the feed. Every `janitorIntervalMs` (and once at start) it
  * tries a session advisory lock on a connection of its own: exactly one instance does maintenance at
  * a time, the others skip that run (`stats.skipped`). `runOnce()` does one pass now (the operator
- * command and tests call it, with a `now` of their choosing). `stop()` cancels the timer and waits
- * for a run in progress.
+ * command and tests call it, with a `now` of their choosing). Between runs, every 10 s, a statistics
+ * check ANALYZEs tables that at least doubled since their last analyze (a fresh feed on a database
+ * with autovacuum off would otherwise run up to a whole interval without statistics); it needs no
+ * lock (ANALYZE does not block writes); a failed check is logged and retried at the next one.
+ * `stop()` cancels the timers and waits for a run or check in progress.
  * Failure: every step is its own short transaction with a lock timeout, so a busy feed costs a
  * skipped step, not a stalled publish; a failed step is logged and recorded in
  * commitfeed.janitor_runs, and the next run retries. Nothing is lost by a missed run: partitions are
@@ -61,9 +64,14 @@ export interface JanitorRun {
 }
 
 const LOCK_KEY = 'commitfeed.janitor';
+/** How often the statistics check runs between maintenance runs (see analyzeChanged's 'doubled'). */
+const STATS_CHECK_MS = 10_000;
 
 export class Janitor {
   private timer: NodeJS.Timeout | undefined;
+  private statsTimer: NodeJS.Timeout | undefined;
+  private checking: Promise<void> | undefined;
+  private checkFailing = false;
   private running: Promise<JanitorRun> | undefined;
   private stopped = true;
   /** Read by /metrics. lastRunAt: epoch ms of the last run this process did (0: none). */
@@ -86,12 +94,37 @@ export class Janitor {
     if (this.opts.janitorIntervalMs <= 0) return;
     this.stopped = false;
     this.schedule(0);
+    this.statsTimer = setInterval(() => {
+      if (this.checking === undefined) {
+        this.checking = this.checkStatistics().finally(() => {
+          this.checking = undefined;
+        });
+      }
+    }, STATS_CHECK_MS);
+    this.statsTimer.unref();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    clearInterval(this.statsTimer);
     await this.running?.catch(() => {});
+    await this.checking;
+  }
+
+  /** The frequent statistics check (see the lifecycle note): never throws. */
+  private async checkStatistics(): Promise<void> {
+    try {
+      const analyzed = await analyzeChanged(this.db, 1000, 'doubled');
+      this.checkFailing = false;
+      if (analyzed.length > 0) this.opts.log.info({ analyzed }, 'statistics of growing tables refreshed');
+    } catch (err) {
+      // Once per outage, not every 10 s of it.
+      if (!this.checkFailing) {
+        this.opts.log.warn({ err: (err as Error).message }, 'statistics check failed; retrying every 10 s');
+      }
+      this.checkFailing = true;
+    }
   }
 
   private schedule(ms: number): void {

@@ -9,7 +9,7 @@ import type { Database, Db } from '../db/database.ts';
 import { ApiError } from '../http/errors.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type AppendResult, type EventInput, appendEvents } from '../feed/queries.ts';
-import { type EventBody, assertName, toEventInput } from '../feed/validate.ts';
+import { type CheckedEventInput, type EventBody, assertName, toEventInput } from '../feed/validate.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from '../queues/enqueue.ts';
 import { jobInput } from '../queues/schemas.ts';
 import { type JobBody, toJobInput } from '../queues/validate.ts';
@@ -17,7 +17,7 @@ import { type JobBody, toJobInput } from '../queues/validate.ts';
 export const MAX_OPS = 1000;
 export const OP_KINDS = ['publish', 'enqueue'] as const;
 
-export type TxOp = { kind: 'publish'; event: EventInput } | { kind: 'enqueue'; job: JobInput };
+export type TxOp = { kind: 'publish'; event: CheckedEventInput } | { kind: 'enqueue'; job: JobInput };
 export type TxResult = { publish: AppendResult } | { enqueue: EnqueueResult };
 
 // The fields of each op: its own endpoint's body, plus the stream or queue it goes to.
