@@ -112,7 +112,10 @@ t.test('cache headers: full pages immutable, the rest no-store', async (t) => {
 });
 
 t.test('with tokens: private, and Vary names the credentials', async (t) => {
-  const server = await startTestServer(t, await testDatabase(t), { jwtSecret: SECRET });
+  const server = await startTestServer(t, await testDatabase(t), {
+    jwtSecret: SECRET,
+    corsOrigins: ['https://app.example'],
+  });
   const u = server.url;
   const all = await mintToken({ secret: SECRET, scopes: { publish: ['*'], subscribe: ['*'] }, ttl: '1h' });
   const other = await mintToken({ secret: SECRET, scopes: { subscribe: ['x'] }, ttl: '1h' });
@@ -125,10 +128,16 @@ t.test('with tokens: private, and Vary names the credentials', async (t) => {
   const after = ((await marker.json()) as { id: string }).id;
   await fetch(`${u}/v1/streams/p/events`, { method: 'POST', headers: auth, body: '[{"data":1},{"data":2}]' });
 
-  const res = await fetch(`${u}/v1/streams/p/events?after=${after}&limit=2`, { headers: auth });
+  const res = await fetch(`${u}/v1/streams/p/events?after=${after}&limit=2`, {
+    headers: { ...auth, origin: 'https://app.example' },
+  });
   t.equal(res.status, 200);
   t.equal(res.headers.get('cache-control'), 'private, max-age=604800, immutable');
-  t.equal(res.headers.get('vary'), 'accept, last-event-id, authorization, cookie');
+  t.equal(
+    res.headers.get('vary'),
+    'Origin, accept, last-event-id, authorization, cookie',
+    "CORS's Origin is kept beside ours",
+  );
   const etag = res.headers.get('etag')!;
   const denied = await fetch(`${u}/v1/streams/p/events?after=${after}&limit=2`, {
     headers: { authorization: `Bearer ${other}`, 'if-none-match': etag },

@@ -71,8 +71,23 @@ export function markImmutable(reply: FastifyReply, etag: string, shared: boolean
   const maxAge = Math.max(1, Math.min(MAX_AGE_CAP_S, Math.floor(retentionMs / 1000)));
   reply
     .header('etag', etag)
-    .header('cache-control', `${shared ? 'public' : 'private'}, max-age=${maxAge}, immutable`)
-    .header('vary', shared ? 'accept, last-event-id' : 'accept, last-event-id, authorization, cookie');
+    .header('cache-control', `${shared ? 'public' : 'private'}, max-age=${maxAge}, immutable`);
+  addVary(
+    reply,
+    shared ? ['accept', 'last-event-id'] : ['accept', 'last-event-id', 'authorization', 'cookie'],
+  );
+}
+
+/** Adds to Vary without dropping what is there (CORS adds `Origin` before the handler runs). */
+function addVary(reply: FastifyReply, names: string[]): void {
+  const had = reply.getHeader('vary');
+  const list = (Array.isArray(had) ? had.join(',') : String(had ?? ''))
+    .split(',')
+    .map((v) => v.trim())
+    .filter((v) => v !== '');
+  const seen = new Set(list.map((v) => v.toLowerCase()));
+  for (const n of names) if (!seen.has(n)) list.push(n);
+  reply.header('vary', list.join(', '));
 }
 
 /** Every other read: never stored (the next commit, the trim mark or the tail may change it). */
