@@ -9,7 +9,8 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { mintToken } from '../src/auth/tokens.ts';
-import { publish, startTestServer, testDatabase, until } from './helpers.ts';
+import { sql } from 'kysely';
+import { publish, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
 const SECRET = 'test-secret-0123456789-0123456789-abcdef';
 const NGINX = '/usr/sbin/nginx';
@@ -103,6 +104,16 @@ t.test('cache headers: full pages immutable, the rest no-store', async (t) => {
   const multi = await fetch(`${u}/v1/events?stream=h&stream=h-marker&after=${after}&limit=5`);
   t.match(multi.headers.get('cache-control'), /^public, .*immutable$/, 'GET /v1/events pages too');
   t.not(multi.headers.get('etag'), etag, 'another page, another ETag');
+
+  // Retention passed the cursor: a revalidation is not a 304 but the read, which says `reset`.
+  const [txid, id] = body.events[4].id.split('-');
+  await sql`update commitfeed.trim_mark set txid = ${txid}::xid8, id = ${id}::int8`.execute(
+    sqlClient(t, server.databaseUrl),
+  );
+  const trimmed = await page(`after=${after}&limit=10`, { 'if-none-match': etag! });
+  t.equal(trimmed.status, 200, 'a trimmed cursor is not revalidated');
+  t.equal(((await trimmed.json()) as { reset?: unknown }).reset !== undefined, true, 'it gets its reset');
+  t.equal(trimmed.headers.get('cache-control'), 'no-store');
 
   const sse = await fetch(`${u}/v1/streams/h/events?after=${after}`, {
     headers: { accept: 'text/event-stream' },

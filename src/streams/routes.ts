@@ -115,6 +115,23 @@ async function readStreams(
   authorize(request, 'subscribe', streams);
   const given = givenCursor(request, query);
   const sse = wantsSse(request);
+  // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
+  // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets
+  // its `reset` from the read below, like everywhere else).
+  const etag =
+    !sse && cacheableRequest(request, query.after)
+      ? pageEtag({ streams, after: query.after, limit: query.limit })
+      : undefined;
+  const shared = request.principal === OPEN;
+  if (
+    etag !== undefined &&
+    matches(request, etag) &&
+    given !== undefined &&
+    !(await feed.tailer.isBelowTrimMark(given))
+  ) {
+    markImmutable(reply, etag, shared, config.retentionMs);
+    return reply.code(304).send();
+  }
   // Read-your-writes: a JSON read reaches every event acknowledged before it, and `latest` starts
   // after them all. An SSE stream from a cursor needs neither: it delivers whatever follows.
   const reach =
@@ -143,17 +160,6 @@ async function readStreams(
     return reply;
   }
 
-  // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
-  // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets
-  // its `reset` from the read below, like everywhere else).
-  const etag = cacheableRequest(request, query.after)
-    ? pageEtag({ streams, after: query.after, limit: query.limit })
-    : undefined;
-  const shared = request.principal === OPEN;
-  if (etag !== undefined && matches(request, etag) && !(await feed.tailer.isBelowTrimMark(start))) {
-    markImmutable(reply, etag, shared, config.retentionMs);
-    return reply.code(304).send();
-  }
   const streamSet = new Set(streams);
   const deadline = Date.now() + query.wait * 1000;
   const abort = new AbortController();
