@@ -19,6 +19,10 @@ export interface Config {
   workers: number;
   /** Unset: start the embedded PostgreSQL under `dataDir`. */
   databaseUrl: string | undefined;
+  /** Streaming hot standbys for feed reads (READ_DATABASE_URL, comma-separated); empty: the primary. */
+  readDatabaseUrls: string[];
+  /** How long a read waits for a standby to replay what it needs before reading the primary, in ms. */
+  readLagWaitMs: number;
   dataDir: string;
   embeddedPgPort: number;
   poolSize: number;
@@ -221,6 +225,22 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     'DATABASE_URL',
     'PostgreSQL to use, e.g. postgres://postgres@127.0.0.1:5432/postgres. Unset: an embedded PostgreSQL 17 is started with its data under DATA_DIR.',
     'Database',
+  ),
+  readDatabaseUrls: {
+    name: 'READ_DATABASE_URL',
+    doc: 'Streaming hot standbys of DATABASE_URL (comma-separated) for the tail, catch-up and JSON reads; writes, LISTEN, queues and the janitor stay on the primary. A standby that lags past READ_LAG_WAIT, stops, restarts or is promoted is left for the primary (logged, /readyz, /metrics) and rejoins when caught up; no event is lost or repeated. Unset: every read goes to the primary.',
+    parse: (raw) =>
+      (raw ?? '')
+        .split(',')
+        .map((u) => u.trim())
+        .filter((u) => u !== ''),
+  },
+  readLagWaitMs: duration(
+    'READ_LAG_WAIT',
+    '1s',
+    0,
+    'Longest a read waits for a standby to replay the commit it must see (a wake, a read after a publish) before it reads the primary instead; the standby then serves no reads until it is less than a second behind.',
+    { max: MAX_TIMER_MS },
   ),
   dataDir: text('DATA_DIR', '.data', 'Data folder of the embedded PostgreSQL (kept across restarts).'),
   embeddedPgPort: int('EMBEDDED_PG_PORT', 54329, 1, 'Port of the embedded PostgreSQL.'),

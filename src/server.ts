@@ -61,6 +61,23 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
     preparedStatements: config.preparedStatements,
     log,
   });
+  // Feed reads on streaming standbys (src/feed/reads.ts): a pool per standby, closed with the primary's.
+  const standbys = config.readDatabaseUrls.map((url, i, all) => ({
+    // Two URLs of one server (e.g. different options) still get two names.
+    name:
+      all.findIndex((u) => standbyName(u) === standbyName(url)) === i
+        ? standbyName(url)
+        : `${standbyName(url)}#${i + 1}`,
+    db: createDatabase({
+      url,
+      poolSize: config.poolSize,
+      statementTimeoutMs: config.statementTimeoutMs,
+      preparedStatements: config.preparedStatements,
+      applicationName: 'commitfeed-read',
+      log,
+    }).db,
+  }));
+  const closeStandbys = () => Promise.all(standbys.map((s) => s.db.destroy().catch(() => {})));
   let feed: Feed | undefined;
   let app: FastifyInstance | undefined;
   let stopHorizonWatch: (() => void) | undefined;
@@ -70,7 +87,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
       const applied = await migrate(db);
       if (applied.length > 0) log.info({ applied }, 'migrations applied');
     }
-    feed = new Feed({ ...config, db, databaseUrl, ownSessions: sessions, log });
+    feed = new Feed({ ...config, db, databaseUrl, ownSessions: sessions, standbys, log });
     await feed.start();
     // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
     stopHorizonWatch = watchHorizon({ db, feed, log });
@@ -150,6 +167,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
           sampler?.stop();
           await app!.close();
           await db.destroy();
+          await closeStandbys();
           await embedded?.stop();
         })()),
     };
@@ -159,7 +177,18 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
     await app?.close().catch(() => {});
     await feed?.stop(config.sseRetryMs).catch(() => {});
     await db.destroy().catch(() => {});
+    await closeStandbys();
     await embedded?.stop().catch(() => {});
     throw err;
+  }
+}
+
+/** host:port/database of a connection URL: names a standby in logs and metrics without its password. */
+function standbyName(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.host}${u.pathname}`;
+  } catch {
+    return 'standby';
   }
 }

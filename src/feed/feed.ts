@@ -11,6 +11,7 @@ import { Hub } from './hub.ts';
 import { Janitor } from '../retention/janitor.ts';
 import type { FeedEvent } from './event.ts';
 import { Listener } from './listener.ts';
+import { FeedReads, type StandbyDb } from './reads.ts';
 import { Tailer } from './tailer.ts';
 
 export interface FeedOptions {
@@ -33,6 +34,10 @@ export interface FeedOptions {
   dedupWindowMs?: number;
   janitorIntervalMs?: number;
   janitorLockTimeoutMs?: number;
+  /** Streaming standbys for the tailer's and catch-up reads (READ_DATABASE_URL; see reads.ts). */
+  standbys?: readonly StandbyDb[];
+  /** READ_LAG_WAIT: how long a read waits for a standby's replay before going to the primary. */
+  readLagWaitMs?: number;
   log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
 }
 
@@ -42,11 +47,17 @@ export class Feed {
   readonly hub: Hub;
   readonly listener: Listener;
   readonly janitor: Janitor;
+  readonly reads: FeedReads;
   /** Read-only observers of every page the tailer reads (the live page's sampler counts them). */
   private readonly watchers = new Set<(events: readonly FeedEvent[]) => void>();
 
   constructor(opts: FeedOptions) {
+    this.reads = new FeedReads(opts.db, opts.standbys ?? [], {
+      lagWaitMs: opts.readLagWaitMs ?? 1000,
+      log: opts.log,
+    });
     this.tailer = new Tailer(opts.db, {
+      reads: this.reads,
       pageSize: opts.pageSize,
       windowEvents: opts.windowEvents,
       pollIntervalMs: opts.pollIntervalMs,
@@ -92,6 +103,7 @@ export class Feed {
   }
 
   async start(): Promise<void> {
+    await this.reads.start();
     await this.tailer.start();
     await this.listener.start();
     this.janitor.start();
@@ -107,6 +119,7 @@ export class Feed {
     this.endSubscribers(retryMs);
     await this.batcher.close();
     this.tailer.stop();
+    this.reads.stop();
     await this.listener.stop();
     await this.janitor.stop();
   }

@@ -186,11 +186,16 @@ function rangeArgs(streams: readonly string[], after: Cursor, upTo: Cursor, limi
   ];
 }
 
+/** The statement's own horizon. Catch-up reads return it so that a read on a standby can tell
+ * whether its snapshot holds every event up to the page's bound (see reads.ts: horizonCovers). */
+const SNAPSHOT_XMIN = 'pg_snapshot_xmin(pg_current_snapshot())';
+
 function rangeSql(streams: 'one' | 'any'): string {
   return prepared(`
-  select m.txid::text as mark_txid, m.id::text as mark_id,
+  select m.txid::text as mark_txid, m.id::text as mark_id, m.xmin::text as xmin,
          p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
-  from commitfeed.trim_mark m left join lateral (${rangePage(EVENT_COLUMNS, streams)}) p on true
+  from (select t.txid, t.id, ${SNAPSHOT_XMIN} as xmin from commitfeed.trim_mark t) m
+  left join lateral (${rangePage(EVENT_COLUMNS, streams)}) p on true
   order by p.txid, p.id`);
 }
 export const RANGE_ONE_SQL = rangeSql('one');
@@ -208,23 +213,23 @@ export async function readRange(
   after: Cursor,
   upTo: Cursor,
   limit: number,
-): Promise<{ events: FeedEvent[]; trimMark: Cursor }> {
-  if (compareCursors(after, upTo) >= 0) return { events: [], trimMark: START };
+): Promise<{ events: FeedEvent[]; trimMark: Cursor; horizon: number }> {
+  if (compareCursors(after, upTo) >= 0) return { events: [], trimMark: START, horizon: Infinity };
   const text = streams.length === 1 ? RANGE_ONE_SQL : RANGE_ANY_SQL;
-  const { rows } = await db.executeQuery<Row & { mark_txid: string; mark_id: string }>(
+  const { rows } = await db.executeQuery<Row & { mark_txid: string; mark_id: string; xmin: string }>(
     CompiledQuery.raw(text, rangeArgs(streams, after, upTo, limit)),
   );
   const first = rows[0];
-  if (first === undefined) return { events: [], trimMark: START };
+  if (first === undefined) return { events: [], trimMark: START, horizon: 0 };
   const trimMark = { txid: Number(first.mark_txid), id: Number(first.mark_id) };
-  return { events: first.txid === null ? [] : rows.map(toEvent), trimMark };
+  return { events: first.txid === null ? [] : rows.map(toEvent), trimMark, horizon: Number(first.xmin) };
 }
 
 function rangeFramesSql(streams: 'one' | 'any'): string {
   // The aggregate reads the ordered subquery in order (no join in between), so string_agg keeps
   // feed order without an ORDER BY of its own, which would sort the page again.
   return prepared(`
-  select (select m.txid::text from commitfeed.trim_mark m) as mark_txid,
+  select (select m.txid::text from commitfeed.trim_mark m) as mark_txid, ${SNAPSHOT_XMIN}::text as xmin,
          (select m.id::text from commitfeed.trim_mark m) as mark_id,
          count(*)::int as fetched,
          count(*) filter (where octet_length(q.frame) > $7)::int as big,
@@ -244,6 +249,8 @@ export interface FramesPage {
   /** The page stopped at `limit`: more events may follow `last` before `upTo`. */
   more: boolean;
   trimMark: Cursor;
+  /** The statement's snapshot xmin. */
+  horizon: number;
 }
 
 /**
@@ -266,12 +273,14 @@ export async function readRangeFrames(
     fetched: number;
     big: number;
     frames: string;
+    xmin: string;
   }>(CompiledQuery.raw(text, [...rangeArgs(streams, after, upTo, limit), maxFrameBytes]));
   const r = rows[0];
   const trimMark = { txid: Number(r.mark_txid ?? 0), id: Number(r.mark_id ?? 0) };
   const more = r.fetched === limit;
-  if (r.big > 0) return { frames: null, count: r.fetched, last: null, more, trimMark };
-  return { frames: r.frames, count: r.fetched, last: lastFrameCursor(r.frames), more, trimMark };
+  const horizon = Number(r.xmin);
+  if (r.big > 0) return { frames: null, count: r.fetched, last: null, more, trimMark, horizon };
+  return { frames: r.frames, count: r.fetched, last: lastFrameCursor(r.frames), more, trimMark, horizon };
 }
 
 /** The current horizon as a cursor: every event of a finished transaction is at or before it. */

@@ -10,11 +10,14 @@
  * losing one costs at most one poll interval, never an event.
  * Failure: a failed read (database down) is logged and retried with backoff; the cursor only moves
  * past rows actually handed to the hub, so nothing is skipped when the database comes back.
+ * With READ_DATABASE_URL, tail and catch-up reads run on a standby through FeedReads (reads.ts),
+ * which makes a woken read wait for the standby's replay and falls back to the primary.
  */
 import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { framerFor } from './frames.ts';
 import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
+import { FeedReads, horizonCovers } from './reads.ts';
 import { readTrimMark } from '../retention/partitions.ts';
 import { readStartPosition } from './start-position.ts';
 import { EventWindow } from './window.ts';
@@ -26,6 +29,8 @@ export interface TailerOptions {
   log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
   /** Receives each page of new events (already in the window) in feed order. */
   onEvents(events: readonly FeedEvent[]): void;
+  /** Where tail and catch-up reads run (standbys, see reads.ts); default: `db` itself. */
+  reads?: FeedReads;
 }
 
 const FAST_POLL_MIN_MS = 2;
@@ -54,13 +59,19 @@ export class Tailer {
   private wakesRequested = 0;
   private wakesCovered = 0;
   private settleWaiters: { target: number; resolve: () => void }[] = [];
+  /** Wakes from a commit (NOTIFY, local poke), and those the last read started after (see FeedReads.tail). */
+  private commitWakes = 0;
+  private commitWakesRead = 0;
+  private readonly reads: FeedReads;
   /** fallbackWakes: reads started by the timer (idle poll, re-poll behind the horizon, backoff). */
   readonly stats = { reads: 0, events: 0, errors: 0, lastReadAt: 0, fallbackWakes: 0 };
 
   constructor(
     private readonly db: Db,
     private readonly opts: TailerOptions,
-  ) {}
+  ) {
+    this.reads = opts.reads ?? new FeedReads(db, [], { lagWaitMs: 0, log: opts.log });
+  }
 
   async start(): Promise<void> {
     this.window = new EventWindow(await currentHorizon(this.db), this.opts.windowEvents);
@@ -87,9 +98,11 @@ export class Tailer {
     return this.waitingSince === 0 ? 0 : Date.now() - this.waitingSince;
   }
 
-  /** Asks for a read soon; cheap to call often (wakes coalesce into one read). */
-  wake(): void {
+  /** Asks for a read soon; cheap to call often (wakes coalesce into one read). `commit`: false for
+   * the tailer's own timer (nothing says a commit happened). */
+  wake(commit = true): void {
     this.wakesRequested++;
+    if (commit) this.commitWakes++;
     if (this.stopped) return;
     if (this.running) {
       this.again = true;
@@ -106,7 +119,9 @@ export class Tailer {
       for (;;) {
         this.again = false;
         const covers = this.wakesRequested;
-        const page = await readTail(this.db, this.window.tail, this.opts.pageSize);
+        const woken = this.commitWakes !== this.commitWakesRead;
+        this.commitWakesRead = this.commitWakes;
+        const page = await this.reads.tail(woken, (db) => readTail(db, this.window.tail, this.opts.pageSize));
         if (compareCursors(this.window.tail, page.trimMark) < 0) {
           this.coverFloor = maxCursor(this.coverFloor, page.trimMark);
         }
@@ -203,7 +218,7 @@ export class Tailer {
     clearTimeout(this.timer);
     this.timer = setTimeout(() => {
       this.stats.fallbackWakes++;
-      this.wake();
+      this.wake(false);
     }, ms);
     this.timer.unref();
   }
@@ -236,7 +251,10 @@ export class Tailer {
     if (fromWindow && this.inWindow(after) && compareCursors(upTo, this.window.tail) === 0) {
       events = this.window.read(streamSet, after, limit);
     } else {
-      const range = await readRange(this.db, streams, after, upTo, limit);
+      const range = await this.reads.range(
+        (db) => readRange(db, streams, after, upTo, limit),
+        (r) => horizonCovers(r.horizon, upTo),
+      );
       if (compareCursors(after, range.trimMark) < 0) {
         return { events: [], position: range.trimMark, reset: range.trimMark };
       }
@@ -262,7 +280,10 @@ export class Tailer {
     const upTo = this.window.tail;
     if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
     if (!this.inWindow(after)) {
-      const page = await readRangeFrames(this.db, streams, after, upTo, limit, chunkBytes);
+      const page = await this.reads.range(
+        (db) => readRangeFrames(db, streams, after, upTo, limit, chunkBytes),
+        (p) => horizonCovers(p.horizon, upTo),
+      );
       if (compareCursors(after, page.trimMark) < 0) {
         return { chunks: [], count: 0, position: page.trimMark, more: true, reset: page.trimMark };
       }

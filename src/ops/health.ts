@@ -15,7 +15,23 @@ const checksSchema = {
 } as const;
 const readySchema = {
   type: 'object',
-  properties: { status: { type: 'string' }, checks: checksSchema },
+  properties: {
+    status: { type: 'string', description: '`ready`, or `degraded` when a standby serves no reads' },
+    checks: checksSchema,
+    standbys: {
+      type: 'array',
+      description: 'With READ_DATABASE_URL: each standby, its state and replay lag',
+      items: {
+        type: 'object',
+        properties: {
+          name: { type: 'string' },
+          state: { type: 'string', enum: ['ok', 'lagging', 'down', 'promoted'] },
+          lagBytes: { type: 'number' },
+          reads: { type: 'number', description: 'feed reads it served since start' },
+        },
+      },
+    },
+  },
 } as const;
 const notReadySchema = {
   type: 'object',
@@ -50,7 +66,13 @@ export function healthRoutes(app: FastifyInstance, deps: { db: Kysely<Database>;
       } catch {
         // reported below
       }
-      if (checks.database && checks.listener && checks.tailer) return { status: 'ready', checks };
+      if (checks.database && checks.listener && checks.tailer) {
+        if (!deps.feed.reads.configured) return { status: 'ready', checks };
+        // A standby out of service does not make this process unready: its reads go to the primary.
+        const standbys = deps.feed.reads.status();
+        const standby = standbys.every((s) => s.state === 'ok');
+        return { status: standby ? 'ready' : 'degraded', checks: { ...checks, standby }, standbys };
+      }
       reply.header('retry-after', '2');
       return reply.code(503).send({ ...errorBody(503, 'not_ready', 'not ready: see checks'), checks });
     },

@@ -27,6 +27,7 @@ import { type MetricJson, clusterMetrics, serveClusterMetrics, workerIndex } fro
 import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
+import type { StandbyStatus } from '../feed/reads.ts';
 import { type QueueStats, queueStats } from '../queues/admin.ts';
 import type { QueueCounts, WaitTimes } from '../queues/counters.ts';
 import type { Queues } from '../queues/queues.ts';
@@ -209,6 +210,43 @@ export function buildRegistry(deps: MetricsDeps): {
     'Failed tail reads (retried with backoff)',
     () => feed.tailer.stats.errors,
   );
+
+  if (feed.reads.configured) {
+    const standbyGauge = (name: string, help: string, value: (s: StandbyStatus) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['standby'],
+        registers: [registry],
+        collect() {
+          this.reset();
+          for (const s of feed.reads.status()) this.set({ standby: s.name }, value(s));
+        },
+      });
+    standbyGauge('commitfeed_standby_up', '1 while the standby serves feed reads (state ok)', (s) =>
+      s.state === 'ok' ? 1 : 0,
+    );
+    standbyGauge(
+      'commitfeed_standby_lag_bytes',
+      'WAL bytes the standby had yet to replay at the last probe (-1: unreachable)',
+      (s) => s.lagBytes,
+    );
+    mirror(
+      'commitfeed_standby_reads_total',
+      'Feed reads (tail and catch-up pages) served by a standby',
+      () => feed.reads.stats.standby,
+    );
+    mirror(
+      'commitfeed_standby_fallback_reads_total',
+      'Feed reads that went to the primary although standbys are configured (none usable, lagging past READ_LAG_WAIT, or failed)',
+      () => feed.reads.stats.fallbacks,
+    );
+    mirror(
+      'commitfeed_standby_replay_waits_total',
+      "Pauses of a woken tail read waiting for the standby to replay the primary's WAL position",
+      () => feed.reads.stats.replayWaits,
+    );
+  }
 
   gauge(
     'commitfeed_horizon_stall_seconds',

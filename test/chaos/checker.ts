@@ -2,7 +2,7 @@
  * The chaos checker: an adversarial end-to-end test of the delivery promise ("every committed event,
  * exactly once, in one order, whatever happens"). Run alone:
  *
- *   npx tsx test/chaos/checker.ts --seed 42 --duration 60 [--readers 60] [--streams 5] [--replicas 2]
+ *   npx tsx test/chaos/checker.ts --seed 42 --duration 60 [--readers 60] [--streams 5] [--replicas 2] [--standby]
  *
  * It starts its own embedded PostgreSQL (own folder under the temp dir, own port: it restarts it and
  * holds transactions open) and runs the service as child processes (`node --import tsx src/main.ts`)
@@ -20,6 +20,10 @@
  *   connect.
  * - Faults: kill -9 + restart of a service process, restart of PostgreSQL, pg_terminate_backend of
  *   the LISTEN connections and of pooled connections, a writing transaction held open for seconds.
+ * - Standby mode (`--standby`): PostgreSQL is a primary with a streaming hot standby
+ *   (test/standby-cluster.ts) and the services read the feed from the standby (READ_DATABASE_URL).
+ *   Two more faults: replay paused for a while (the standby lags; reads fall over to the primary),
+ *   and the standby restarted. A PostgreSQL restart restarts the primary.
  * - Verdict: for every reader, the events received = the committed events of its streams in
  *   (txid, id) order, each exactly once, none rolled back. One line; the first divergence on failure.
  */
@@ -35,6 +39,7 @@ import { compareCursors, parseCursor } from '../../src/feed/cursor.ts';
 import { type EventInput, appendEvents } from '../../src/feed/queries.ts';
 import { type EmbeddedDatabase, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import type { Database } from '../../src/db/database.ts';
+import { type StandbyCluster, startStandbyCluster } from '../standby-cluster.ts';
 
 export interface ChaosOptions {
   seed: number;
@@ -42,6 +47,8 @@ export interface ChaosOptions {
   readers: number;
   streams: number;
   replicas: number;
+  /** Run on a primary + streaming standby (the standby listens on pgPort + 1) with reads on the standby. */
+  standby?: boolean;
   pgPort: number;
   basePort: number;
   /** Progress lines on stderr. */
@@ -87,6 +94,7 @@ class Service {
     readonly port: number,
     readonly databaseUrl: string,
     readonly logFile: string,
+    readonly env: Record<string, string> = {},
   ) {}
   get url(): string {
     return `http://127.0.0.1:${this.port}`;
@@ -106,6 +114,7 @@ class Service {
         SSE_RETRY: '100ms',
         STATEMENT_TIMEOUT: '5s',
         POOL_SIZE: '6',
+        ...this.env,
       },
       stdio: ['ignore', fd, fd],
     });
@@ -208,6 +217,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
   const services: Service[] = [];
   const pools: Kysely<Database>[] = [];
   let pgdb: EmbeddedDatabase | undefined;
+  let cluster: StandbyCluster | undefined;
   let pgDown = false;
   let stopped = false;
   const killAll = () => {
@@ -222,16 +232,22 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     killListen: 0,
     killPooled: 0,
     holdTx: 0,
+    pauseReplay: 0,
+    restartStandby: 0,
   };
 
   try {
-    log(`starting PostgreSQL on ${opts.pgPort} in ${work}`);
+    log(`starting PostgreSQL on ${opts.pgPort} in ${work}${opts.standby ? ' (and a standby)' : ''}`);
     const pgDir = path.join(work, 'pg');
-    // The cluster is kept between runs (initdb costs seconds); every run gets a fresh database.
-    pgdb = await startEmbeddedPostgres({ dir: pgDir, port: opts.pgPort });
+    // The cluster is kept between runs (initdb costs seconds); every run gets a fresh database. A
+    // standby pair is made afresh (test/standby-cluster.ts).
+    if (opts.standby)
+      cluster = await startStandbyCluster({ port: opts.pgPort, dir: path.join(work, 'standby') });
+    else pgdb = await startEmbeddedPostgres({ dir: pgDir, port: opts.pgPort });
+    const pgUrl = cluster ? cluster.primaryUrl : pgdb!.url;
     const dbName = `chaos_${process.pid}_${Date.now()}`;
     {
-      const c = new pg.Client({ connectionString: pgdb.url });
+      const c = new pg.Client({ connectionString: pgUrl });
       await c.connect();
       const { rows: old } = await c.query<{ datname: string }>(
         "select datname from pg_database where datname like 'chaos\\_%'",
@@ -240,15 +256,23 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       await c.query(`create database ${dbName}`);
       await c.end();
     }
-    const u = new URL(pgdb.url);
-    u.pathname = `/${dbName}`;
-    const dbUrl = u.toString();
+    const inDb = (url: string) => {
+      const u = new URL(url);
+      u.pathname = `/${dbName}`;
+      return u.toString();
+    };
+    const dbUrl = inDb(pgUrl);
+    const readEnv: Record<string, string> = cluster
+      ? { READ_DATABASE_URL: inDb(cluster.standbyUrl), READ_LAG_WAIT: '300ms' }
+      : {};
     log(`PostgreSQL up; database ${dbName}`);
     const restartPg = async () => {
       pgDown = true;
-      await pgdb!.stop();
+      if (cluster) await cluster.stopPrimary();
+      else await pgdb!.stop();
       await sleep(r.int(200, 1200));
-      pgdb = await startEmbeddedPostgres({ dir: pgDir, port: opts.pgPort });
+      if (cluster) await cluster.startPrimary();
+      else pgdb = await startEmbeddedPostgres({ dir: pgDir, port: opts.pgPort });
       pgDown = false;
     };
     const admin = async <T>(fn: (c: pg.Client) => Promise<T>): Promise<T | undefined> => {
@@ -266,7 +290,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
 
     // Replicas: the first one migrates alone, the others start together with it racing nothing.
     for (let i = 0; i < opts.replicas; i++) {
-      services.push(new Service(opts.basePort + i, dbUrl, path.join(work, `service-${i}.log`)));
+      services.push(new Service(opts.basePort + i, dbUrl, path.join(work, `service-${i}.log`), readEnv));
     }
     await Promise.all(services.map((s) => s.start()));
     log(`${services.length} service processes ready`);
@@ -540,12 +564,17 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     const holdDb = sqlDb();
     const restarts: Promise<void>[] = [];
     const kinds = ['killService', 'restartPg', 'killListen', 'killPooled', 'holdTx'];
+    if (cluster) kinds.push('pauseReplay', 'restartStandby');
     let deck: string[] = [];
     const faults = (async () => {
       await sleep(1000);
       while (Date.now() < faultUntil) {
         // Every kind once per round, in a seeded order: a short run still sees each of them.
-        if (deck.length === 0) deck = [...kinds].sort(() => fr.next() - 0.5);
+        if (deck.length === 0) {
+          deck = [...kinds].sort(() => fr.next() - 0.5);
+          // Standby mode: its own faults come first, so a short run sees them too.
+          if (counts.faults === 0 && cluster) deck.sort((a, b) => standbyFirst(a) - standbyFirst(b));
+        }
         const kind = deck.pop()!;
         counts.faults++;
         counts[kind]++;
@@ -563,6 +592,15 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
           await restartPg();
           // The services heal on their own; wait until they say so before the next fault.
           await Promise.all(services.map((s) => waitReady(s)));
+        } else if (kind === 'pauseReplay' && cluster) {
+          // The standby lags while writes go on: woken reads wait, then fall over to the primary.
+          await cluster.pause().catch(() => {});
+          await sleep(fr.int(300, 1500));
+          await cluster.resume().catch(() => {});
+        } else if (kind === 'restartStandby' && cluster) {
+          await cluster.stopStandby();
+          await sleep(fr.int(200, 1200));
+          await cluster.startStandby();
         } else if (kind === 'killListen' || kind === 'killPooled') {
           const app = kind === 'killListen' ? 'commitfeed-listen' : 'commitfeed';
           await admin((c) =>
@@ -707,7 +745,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       `(${rolledBack} rolled back, ${unknownResolved} unknown resolved from the table, ${ledger.got503.size} got a 503, ` +
       `${ledger.committedAfter503.length} of those had committed), ${readers.length} readers over ${streams.length} streams, ` +
       `${counts.connects} connects, ${delivered} deliveries, faults=${counts.faults} ` +
-      `(kill -9 ${counts.killService}, pg restart ${counts.restartPg}, listen cut ${counts.killListen}, pool cut ${counts.killPooled}, held tx ${counts.holdTx}); ` +
+      `(kill -9 ${counts.killService}, pg restart ${counts.restartPg}, listen cut ${counts.killListen}, pool cut ${counts.killPooled}, held tx ${counts.holdTx}` +
+      (cluster ? `, replay paused ${counts.pauseReplay}, standby restart ${counts.restartStandby}` : '') +
+      '); ' +
       `${failedReaders} readers diverged` +
       (firstDivergence ? `; first divergence: ${firstDivergence}` : '') +
       (problems.length
@@ -721,11 +761,17 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     await Promise.all(services.map((s) => s.kill()));
     await Promise.all(pools.map((p) => p.destroy().catch(() => {})));
     await pgdb?.stop().catch(() => {});
+    await cluster?.stop().catch(() => {});
     process.removeListener('exit', killAll);
   }
 }
 
 class RolledBack extends Error {}
+
+/** Sort key that puts the standby faults at the end of a deck (popped first). */
+function standbyFirst(kind: string): number {
+  return kind === 'pauseReplay' || kind === 'restartStandby' ? 1 : 0;
+}
 
 async function waitReady(s: Service): Promise<void> {
   const deadline = Date.now() + 30_000;
@@ -755,6 +801,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.a
     readers: arg('readers', 60),
     streams: arg('streams', 5),
     replicas: arg('replicas', 2),
+    standby: process.argv.includes('--standby'),
     pgPort: arg('pg-port', 54360),
     basePort: arg('port', 54370),
     verbose: !process.argv.includes('--quiet'),
