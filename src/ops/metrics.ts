@@ -212,10 +212,17 @@ export function buildRegistry(deps: MetricsDeps): {
   );
 
   if (feed.reads.configured) {
-    const standbyGauge = (name: string, help: string, value: (s: StandbyStatus) => number) =>
+    // Across workers (WORKERS > 1): `up` is the least any worker sees, lag the most.
+    const standbyGauge = (
+      name: string,
+      help: string,
+      value: (s: StandbyStatus) => number,
+      aggregator: 'min' | 'max',
+    ) =>
       new Gauge({
         name,
         help,
+        aggregator,
         labelNames: ['standby'],
         registers: [registry],
         collect() {
@@ -223,13 +230,17 @@ export function buildRegistry(deps: MetricsDeps): {
           for (const s of feed.reads.status()) this.set({ standby: s.name }, value(s));
         },
       });
-    standbyGauge('commitfeed_standby_up', '1 while the standby serves feed reads (state ok)', (s) =>
-      s.state === 'ok' ? 1 : 0,
+    standbyGauge(
+      'commitfeed_standby_up',
+      '1 while the standby serves feed reads (state ok)',
+      (s) => (s.state === 'ok' ? 1 : 0),
+      'min',
     );
     standbyGauge(
       'commitfeed_standby_lag_bytes',
       'WAL bytes the standby had yet to replay at the last probe (-1: unreachable)',
       (s) => s.lagBytes,
+      'max',
     );
     mirror(
       'commitfeed_standby_reads_total',
