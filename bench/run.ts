@@ -2,7 +2,7 @@
 // Starts commitfeed and a naive peer server against a fresh database, measures them beside NATS
 // JetStream and Redis Streams, prints one table per scenario, and writes bench/RESULTS.md and
 // bench/scenario1.svg. Every process it starts is stopped when it ends, however it ends.
-import { execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -221,7 +221,26 @@ async function startCommitfeed(opts: Options, dbUrl: string): Promise<Server> {
     nodeFlags: opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${PROF_DIR}`] : [],
   });
   await waitForHttp(`http://127.0.0.1:${opts.port}/readyz`, cp, 60_000);
+  // WORKERS=N: /readyz answers as soon as one worker listens; the others may still be starting (and
+  // burning CPU) for many seconds on a busy machine. Measure only once every worker reports.
+  const workers = Number(opts.serverEnv.WORKERS ?? 1);
+  if (workers > 1) await waitForWorkers(opts.port, workers, cp, 120_000);
   return { name: 'commitfeed', port: opts.port, cp, log };
+}
+
+async function waitForWorkers(port: number, n: number, cp: ChildProcess, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (cp.exitCode !== null || cp.signalCode !== null)
+      throw new Error('commitfeed exited while its workers started');
+    const text = await fetch(`http://127.0.0.1:${port}/metrics`).then(
+      (r) => r.text(),
+      () => '',
+    );
+    if (new RegExp(`^commitfeed_workers\\{state="reporting"\\} ${n}$`, 'm').test(text)) return;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  throw new Error(`not every one of the ${n} workers reported within ${timeoutMs / 1000} s`);
 }
 
 async function startNaive(opts: Options, dbUrl: string): Promise<Server> {

@@ -7,6 +7,7 @@ import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { registerAccess } from './auth/access.ts';
+import { workerIndex } from './cluster/worker.ts';
 import { redactedRequest } from './auth/redact.ts';
 import type { Config } from './config.ts';
 import type { Database } from './db/database.ts';
@@ -62,6 +63,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     forceCloseConnections: true,
   });
   await app.register(sensible);
+  // WORKERS > 1: every response names the worker that served it (for operators and tests).
+  const worker = workerIndex();
+  if (worker !== undefined) {
+    const name = String(worker);
+    app.addHook('onRequest', async (_request, reply) => {
+      reply.header('commitfeed-worker', name);
+    });
+  }
   // JSON only: a text/plain body is a 415, not a string that fails validation later.
   app.removeContentTypeParser('text/plain');
   installErrorHandlers(app);

@@ -10,10 +10,13 @@
  * keep the `Ms` suffix because the code works in milliseconds.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 
 export interface Config {
   port: number;
   host: string;
+  /** Processes serving the port (node:cluster; `auto`: one per core). 1: no cluster. See src/cluster. */
+  workers: number;
   /** Unset: start the embedded PostgreSQL under `dataDir`. */
   databaseUrl: string | undefined;
   /** Streaming hot standbys for feed reads (READ_DATABASE_URL, comma-separated); empty: the primary. */
@@ -202,6 +205,20 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     'HOST',
     '127.0.0.1',
     'HTTP listen address; a non-loopback HOST requires access control (see AUTH).',
+  ),
+  workers: setting(
+    'WORKERS',
+    '1',
+    'Processes serving PORT, each with its own batcher, tailer and SSE hub (`auto`: one per core). A crashed worker is restarted (at most 5 times a minute, then the server stops); see docs/operations.md#workers.',
+    undefined,
+    (raw) => {
+      if (raw?.trim() === 'auto') return availableParallelism();
+      const n = Number(raw);
+      if (raw === undefined || !/^\s*\d+\s*$/.test(raw) || n < 1 || n > 256) {
+        throw new Error(`WORKERS must be "auto" or an integer from 1 to 256 (got ${JSON.stringify(raw)})`);
+      }
+      return n;
+    },
   ),
 
   databaseUrl: optional(

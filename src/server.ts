@@ -38,7 +38,8 @@ export interface Server {
   close(): Promise<void>;
 }
 
-export async function startServer(config: Config): Promise<Server> {
+/** `migrate: false`: the schema is known to be current (a cluster worker; its primary migrated). */
+export async function startServer(config: Config, opts: { migrate?: boolean } = {}): Promise<Server> {
   // An unsafe access-control setting fails before anything starts (see src/auth/mode.ts).
   resolveAuthMode(config);
   const log = pino({ level: config.logLevel === 'silent' ? 'silent' : config.logLevel });
@@ -82,8 +83,10 @@ export async function startServer(config: Config): Promise<Server> {
   let stopHorizonWatch: (() => void) | undefined;
   let sampler: Sampler | undefined;
   try {
-    const applied = await migrate(db);
-    if (applied.length > 0) log.info({ applied }, 'migrations applied');
+    if (opts.migrate !== false) {
+      const applied = await migrate(db);
+      if (applied.length > 0) log.info({ applied }, 'migrations applied');
+    }
     feed = new Feed({ ...config, db, databaseUrl, ownSessions: sessions, standbys, log });
     await feed.start();
     // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.

@@ -22,6 +22,54 @@ export function cpuSeconds(pid: number): number {
   }
 }
 
+/** `pid` and every live descendant (a WORKERS=N server is a primary and its workers). */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const list = children.get(ppid) ?? [];
+      list.push(Number(d));
+      children.set(ppid, list);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  const out: number[] = [];
+  for (const queue = [pid]; queue.length > 0; ) {
+    const p = queue.pop()!;
+    out.push(p);
+    queue.push(...(children.get(p) ?? []));
+  }
+  return out;
+}
+
+/** CPU seconds of a process and its live descendants (NaN when the process itself is gone). */
+export function treeCpuSeconds(pid: number): number {
+  let sum = 0;
+  for (const p of processTree(pid)) {
+    const c = cpuSeconds(p);
+    if (Number.isNaN(c)) {
+      if (p === pid) return c;
+      continue;
+    }
+    sum += c;
+  }
+  return sum;
+}
+
+/** Resident memory in KiB of a process and its live descendants. */
+export function treeRssKiB(pid: number): number {
+  let sum = 0;
+  for (const p of processTree(pid)) {
+    const r = rssKiB(p);
+    if (!Number.isNaN(r)) sum += r;
+  }
+  return sum;
+}
+
 /** Pids whose command name is `comm` (e.g. every postgres backend). */
 export function pidsByName(comm: string): number[] {
   const out: number[] = [];
@@ -101,7 +149,8 @@ export function cpuMark(serverPid: number | undefined, extraPids: number[] = [])
   }
   return {
     at: performance.now(),
-    server: serverPid ? cpuSeconds(serverPid) : 0,
+    // The whole tree: with WORKERS=N the server's work is done by the primary's children.
+    server: serverPid ? treeCpuSeconds(serverPid) : 0,
     postgres: benchDb ? 0 : cpuSecondsByName('postgres'),
     postgresByPid: benchDb ? postgresCpuSeconds(benchDb) : undefined,
     machine: machineBusySeconds(),

@@ -6,7 +6,7 @@ import pg from 'pg';
 import { benchFile, type Ctx, log } from '../lib/context.ts';
 import { Worker } from '../lib/proc.ts';
 import { fmtMs, fmtNum, type Table } from '../lib/report.ts';
-import { rssKiB } from '../lib/sys.ts';
+import { type CpuMark, coresUsed, cpuMark, treeRssKiB as rssKiB } from '../lib/sys.ts';
 import type { Target } from '../lib/targets.ts';
 import type { PublisherArgs, PublisherResult } from '../workers/publisher.ts';
 import type { SubscriberArgs, SubscriberResult } from '../workers/subscriber.ts';
@@ -262,7 +262,7 @@ export async function scenario4(ctx: Ctx): Promise<void> {
     rows: [],
     notes: [
       `Each connection reads one of ${opts.fanoutStreams} streams (${fmtNum(opts.fanoutConns / opts.fanoutStreams)} per stream), so every event is delivered ${fmtNum(opts.fanoutConns / opts.fanoutStreams)} times. ` +
-        'The subscribers are one separate process using a minimal raw-socket SSE client. RSS is VmRSS of the server process from /proc.',
+        'The subscribers are one separate process using a minimal raw-socket SSE client. RSS is VmRSS of the server process (with WORKERS=N, of the primary and its workers) from /proc.',
     ],
   };
   ctx.tables.push(table);
@@ -293,6 +293,7 @@ export async function scenario4(ctx: Ctx): Promise<void> {
   log(
     `scenario 4: connecting ${fmtNum(opts.fanoutConns)} SSE subscribers (server RSS ${fmtNum(rssBefore / 1024, 1)} MiB)`,
   );
+  let cpuA: CpuMark | undefined;
   try {
     const t0 = performance.now();
     const { sub, pub, connected, subCpuSec } = await runDelivery({
@@ -309,6 +310,7 @@ export async function scenario4(ctx: Ctx): Promise<void> {
       drainMs: 15_000,
       connectTimeoutMs: 300_000,
       onReady: () => {
+        cpuA = cpuMark(pid);
         rssConnected = rssKiB(pid);
         rssPeak = rssConnected;
         log(
@@ -319,6 +321,8 @@ export async function scenario4(ctx: Ctx): Promise<void> {
         rssPeak = Math.max(rssPeak, rssKiB(pid));
       },
     });
+    // Cores from all connected to the end of the drain (publishing and delivering).
+    const cores = cpuA ? coresUsed(cpuA, cpuMark(pid)) : undefined;
     const perConn = (rssConnected - rssBefore) / connected;
     const perConnPeak = (rssPeak - rssBefore) / connected;
     const deliverSec = pub.elapsedSec + sub.drainSec;
@@ -349,6 +353,12 @@ export async function scenario4(ctx: Ctx): Promise<void> {
         `${fmtNum(perConn, 1)} KiB / ${fmtNum(perConnPeak, 1)} KiB`,
       ],
       ['drain after the publisher stopped', `${sub.drainSec.toFixed(1)} s`],
+      [
+        'CPU cores while publishing and draining: server / postgres / whole machine',
+        cores
+          ? `${cores.server.toFixed(2)} / ${cores.postgres.toFixed(2)} / ${cores.machine.toFixed(2)} (the load processes and other work are the rest)`
+          : 'n/a',
+      ],
       [
         'subscriber process: CPU, event-loop delay p99 / max',
         `${subCpuSec.toFixed(1)} CPU-s; ${fmtMs(sub.loopDelayP99Ms)} / ${fmtMs(sub.loopDelayMaxMs)} ms`,

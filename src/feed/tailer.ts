@@ -345,6 +345,11 @@ export class Tailer {
     return next;
   }
 
+  /** True when retention may have dropped events after `after` (a fresh, shared trim-mark read). */
+  async isBelowTrimMark(after: Cursor): Promise<boolean> {
+    return compareCursors(after, await this.currentTrimMark()) < 0;
+  }
+
   /** True when every event after `after` up to the tail is in the window (see coverFloor). */
   private inWindow(after: Cursor): boolean {
     return (

@@ -14,7 +14,17 @@
 import type { FastifyInstance } from 'fastify';
 import { type Kysely, sql } from 'kysely';
 import type pg from 'pg';
-import { Counter, Gauge, Histogram, type MetricType, Registry, collectDefaultMetrics } from 'prom-client';
+import {
+  AggregatorRegistry,
+  Counter,
+  Gauge,
+  Histogram,
+  type MetricType,
+  Registry,
+  collectDefaultMetrics,
+} from 'prom-client';
+import { type MetricJson, clusterMetrics, serveClusterMetrics, workerIndex } from '../cluster/worker.ts';
+import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { StandbyStatus } from '../feed/reads.ts';
@@ -94,8 +104,13 @@ class MirroredHistogram extends Histogram {
   }
 }
 
-/** The registry with every metric, and `scrape()`, which renders it with fresh shared reads. */
-export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape(): Promise<string> } {
+/** The registry with every metric, and `scrape()` (text) and `json()` (for the cluster's sum), which
+ * render it with fresh shared reads. */
+export function buildRegistry(deps: MetricsDeps): {
+  registry: Registry;
+  scrape(): Promise<string>;
+  json(): Promise<MetricJson[]>;
+} {
   const { feed, queues, db, pool } = deps;
   const registry = new Registry();
   const perScrape = new PerScrape();
@@ -112,10 +127,18 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
         this.inc(read());
       },
     });
-  const gauge = (name: string, help: string, read: () => number | Promise<number>) =>
+  // `aggregator`: how WORKERS > 1 combines the workers' values in the server-wide /metrics (sum by
+  // default; `max` for figures every worker reads from the same database).
+  const gauge = (
+    name: string,
+    help: string,
+    read: () => number | Promise<number>,
+    aggregator: 'sum' | 'max' | 'average' = 'sum',
+  ) =>
     new Gauge({
       name,
       help,
+      aggregator,
       registers: [registry],
       async collect() {
         this.set(await read());
@@ -138,8 +161,11 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
     'Group-commit statements committed; each issues one NOTIFY. events_written / commits = mean batch size',
     () => b.statements,
   );
-  gauge('commitfeed_commit_batch_size_mean', 'Mean events per group-commit statement since start', () =>
-    b.statements === 0 ? 0 : b.events / b.statements,
+  gauge(
+    'commitfeed_commit_batch_size_mean',
+    'Mean events per group-commit statement since start',
+    () => (b.statements === 0 ? 0 : b.events / b.statements),
+    'average',
   );
 
   const wakes = new Counter({
@@ -186,10 +212,17 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
   );
 
   if (feed.reads.configured) {
-    const standbyGauge = (name: string, help: string, value: (s: StandbyStatus) => number) =>
+    // Across workers (WORKERS > 1): `up` is the least any worker sees, lag the most.
+    const standbyGauge = (
+      name: string,
+      help: string,
+      value: (s: StandbyStatus) => number,
+      aggregator: 'min' | 'max',
+    ) =>
       new Gauge({
         name,
         help,
+        aggregator,
         labelNames: ['standby'],
         registers: [registry],
         collect() {
@@ -197,13 +230,17 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
           for (const s of feed.reads.status()) this.set({ standby: s.name }, value(s));
         },
       });
-    standbyGauge('commitfeed_standby_up', '1 while the standby serves feed reads (state ok)', (s) =>
-      s.state === 'ok' ? 1 : 0,
+    standbyGauge(
+      'commitfeed_standby_up',
+      '1 while the standby serves feed reads (state ok)',
+      (s) => (s.state === 'ok' ? 1 : 0),
+      'min',
     );
     standbyGauge(
       'commitfeed_standby_lag_bytes',
       'WAL bytes the standby had yet to replay at the last probe (-1: unreachable)',
       (s) => s.lagBytes,
+      'max',
     );
     mirror(
       'commitfeed_standby_reads_total',
@@ -226,11 +263,13 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
     'commitfeed_horizon_stall_seconds',
     'How long committed rows have waited behind the transaction horizon (an older transaction still open); 0 when none wait',
     () => feed.tailer.horizonStallMs / 1000,
+    'max',
   );
   const blocker = new Gauge({
     name: 'commitfeed_horizon_blocker_age_seconds',
     help: 'While the horizon is stalled: transaction age of the oldest open writing backend, labelled by pid and application_name',
     labelNames: ['pid', 'application_name'],
+    aggregator: 'max',
     registers: [registry],
     async collect() {
       this.reset();
@@ -256,6 +295,7 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
         return -1;
       }
     },
+    'max',
   );
 
   // Retention: one feedStats read per scrape (catalog sizes, one index probe), shared by the gauges
@@ -268,11 +308,17 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
       const s = await retention();
       return s ? s.bytes : -1;
     },
+    'max',
   );
-  gauge('commitfeed_feed_partitions', 'Partitions of the feed (the default partition included)', async () => {
-    const s = await retention();
-    return s ? s.partitions.length : -1;
-  });
+  gauge(
+    'commitfeed_feed_partitions',
+    'Partitions of the feed (the default partition included)',
+    async () => {
+      const s = await retention();
+      return s ? s.partitions.length : -1;
+    },
+    'max',
+  );
   gauge(
     'commitfeed_feed_oldest_event_age_seconds',
     'Age of the oldest retained event (0 when the feed is empty)',
@@ -281,6 +327,7 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
       if (!s) return -1;
       return s.oldestEventAt ? Math.max(0, (Date.now() - s.oldestEventAt.getTime()) / 1000) : 0;
     },
+    'max',
   );
   gauge(
     'commitfeed_janitor_last_run_timestamp_seconds',
@@ -290,12 +337,18 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
       if (!s) return -1;
       return s.lastRun ? s.lastRun.startedAt.getTime() / 1000 : 0;
     },
+    'max',
   );
-  gauge('commitfeed_janitor_last_run_duration_seconds', 'Duration of the last maintenance run', async () => {
-    const s = await retention();
-    if (!s) return -1;
-    return s.lastRun ? s.lastRun.durationMs / 1000 : 0;
-  });
+  gauge(
+    'commitfeed_janitor_last_run_duration_seconds',
+    'Duration of the last maintenance run',
+    async () => {
+      const s = await retention();
+      if (!s) return -1;
+      return s.lastRun ? s.lastRun.durationMs / 1000 : 0;
+    },
+    'max',
+  );
   mirror(
     'commitfeed_janitor_runs_skipped_total',
     'Maintenance runs this process skipped because another instance held the lock',
@@ -305,14 +358,20 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
   // Queues: depth from the tables (every instance sees the same), activity from this process's
   // counters. One queueStats read per scrape serves the depth gauges.
   const depth: () => Promise<QueueStats[] | undefined> = perScrape.read(() => queueStats(db, null));
-  gauge('commitfeed_queues', 'Queues in the database (-1 if the database cannot be read)', async () => {
-    const all = await depth();
-    return all ? all.length : -1;
-  });
+  gauge(
+    'commitfeed_queues',
+    'Queues in the database (-1 if the database cannot be read)',
+    async () => {
+      const all = await depth();
+      return all ? all.length : -1;
+    },
+    'max',
+  );
   const jobsGauge = new Gauge({
     name: 'commitfeed_queue_jobs',
     help: 'Jobs by queue and state: ready (claimable now), delayed (waiting for their run time), leased (held by a live lease), dead (dead-lettered)',
     labelNames: ['queue', 'state'],
+    aggregator: 'max',
     registers: [registry],
     async collect() {
       this.reset();
@@ -329,6 +388,7 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
     name: 'commitfeed_queue_oldest_ready_age_seconds',
     help: 'Seconds the oldest claimable job of each queue has waited (0 when none)',
     labelNames: ['queue'],
+    aggregator: 'max',
     registers: [registry],
     async collect() {
       this.reset();
@@ -437,25 +497,92 @@ export function buildRegistry(deps: MetricsDeps): { registry: Registry; scrape()
     });
     void poolGauge;
   }
+  const worker = workerIndex();
+  if (worker !== undefined) {
+    new Gauge({
+      name: 'commitfeed_worker_info',
+      help: 'A worker of this server (WORKERS > 1), by index and pid; always 1',
+      labelNames: ['worker', 'pid'],
+      registers: [registry],
+      collect() {
+        this.set({ worker: String(worker), pid: String(process.pid) }, 1);
+      },
+    });
+  }
   return {
     registry,
     scrape() {
       perScrape.next();
       return registry.metrics();
     },
+    json() {
+      perScrape.next();
+      return registry.getMetricsAsJSON();
+    },
   };
+}
+
+/**
+ * With WORKERS > 1, the whole server's metrics: every worker's registry gathered through the primary
+ * and combined (counters summed, database-wide gauges by `max`), plus how many workers answered.
+ */
+async function serverMetrics(): Promise<string> {
+  let gathered: Awaited<ReturnType<typeof clusterMetrics>>;
+  try {
+    gathered = await clusterMetrics(5000);
+  } catch (err) {
+    throw new ApiError(
+      503,
+      'unavailable',
+      `${(err as Error).message}; retry, or ask one worker with ?scope=worker`,
+      {
+        'retry-after': String(RETRY_AFTER_S),
+      },
+    );
+  }
+  const all = AggregatorRegistry.aggregate(gathered.parts);
+  const workers = new Gauge({
+    name: 'commitfeed_workers',
+    help: 'Workers of this server (state="running") and how many answered this scrape (state="reporting")',
+    labelNames: ['state'],
+    registers: [all],
+  });
+  workers.set({ state: 'running' }, gathered.workers);
+  workers.set({ state: 'reporting' }, gathered.parts.length);
+  return all.metrics();
 }
 
 /** Registers `GET /metrics`. */
 export function metricsRoutes(app: FastifyInstance, deps: MetricsDeps): void {
-  const { registry, scrape } = buildRegistry(deps);
+  const { registry, scrape, json } = buildRegistry(deps);
+  // The last server built in a worker process answers the primary's collections (one per worker).
+  serveClusterMetrics(json);
   const access = deps.config?.metricsRequireAdmin ? 'admin' : 'public';
-  app.get(
+  app.get<{ Querystring: { scope: 'server' | 'worker' } }>(
     '/metrics',
-    { schema: { summary: 'Prometheus metrics' }, config: { access } },
-    async (_req, reply) => {
+    {
+      schema: {
+        summary: 'Prometheus metrics',
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            scope: {
+              type: 'string',
+              enum: ['server', 'worker'],
+              default: 'server',
+              description:
+                'with WORKERS > 1: `server` combines every worker, `worker` is the one answering (see commitfeed_worker_info)',
+            },
+          },
+        },
+      },
+      config: { access },
+    },
+    async (request, reply) => {
       reply.type(registry.contentType);
-      return scrape();
+      if (request.query.scope === 'worker' || workerIndex() === undefined) return scrape();
+      return serverMetrics();
     },
   );
 }

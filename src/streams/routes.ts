@@ -4,6 +4,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorize } from '../auth/policy.ts';
+import { OPEN } from '../auth/tokens.ts';
 import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
 import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
@@ -20,6 +21,7 @@ import {
   streamParams,
   streamReadQuery,
 } from './schemas.ts';
+import { cacheableRequest, markImmutable, markUncacheable, matches, pageEtag } from '../http/page-cache.ts';
 import { safePosition } from '../http/safe-position.ts';
 import { openSse } from '../http/sse.ts';
 
@@ -113,6 +115,23 @@ async function readStreams(
   authorize(request, 'subscribe', streams);
   const given = givenCursor(request, query);
   const sse = wantsSse(request);
+  // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
+  // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets
+  // its `reset` from the read below, like everywhere else).
+  const etag =
+    !sse && cacheableRequest(request, query.after)
+      ? pageEtag({ streams, after: query.after, limit: query.limit })
+      : undefined;
+  const shared = request.principal === OPEN;
+  if (
+    etag !== undefined &&
+    matches(request, etag) &&
+    given !== undefined &&
+    !(await feed.tailer.isBelowTrimMark(given))
+  ) {
+    markImmutable(reply, etag, shared, config.retentionMs);
+    return reply.code(304).send();
+  }
   // Read-your-writes: a JSON read reaches every event acknowledged before it, and `latest` starts
   // after them all. An SSE stream from a cursor needs neither: it delivers whatever follows.
   const reach =
@@ -149,6 +168,8 @@ async function readStreams(
   let events: FeedEvent[] = [];
   // Set when retention dropped events past the cursor: reported in the body, reading on from the mark.
   let reset: Cursor | undefined;
+  // A long-poll that had to wait is the live edge: followers of the tail, never served from a cache.
+  let waited = false;
   for (;;) {
     const page = await feed.tailer.read(streams, streamSet, after, query.limit, reach);
     if (page.reset) {
@@ -162,10 +183,16 @@ async function readStreams(
     if (events.length > 0 || left <= 0 || abort.signal.aborted) break;
     // The tail may have moved while the read finished: read again before sleeping.
     if (compareCursors(feed.tailer.position, after) > 0) continue;
+    waited = true;
     await feed.hub.waitForEvents(streams, left, abort.signal);
   }
   const next = events.length > 0 ? events[events.length - 1].cursor : formatCursor(reset ?? start);
   reply.type('application/json');
+  if (etag !== undefined && !waited && reset === undefined && events.length === query.limit) {
+    markImmutable(reply, etag, shared, config.retentionMs);
+  } else {
+    markUncacheable(reply);
+  }
   const resetJson =
     reset === undefined ? '' : `,"reset":{"reason":"trimmed","resumeFrom":"${formatCursor(reset)}"}`;
   return `{"events":[${events.map(eventJson).join(',')}],"next":"${next}"${resetJson}}`;

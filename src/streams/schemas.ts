@@ -111,6 +111,11 @@ export const readResponse = {
       'text/event-stream': { schema: { type: 'string' } },
     },
   },
+  304: {
+    description:
+      'Not Modified: If-None-Match named the ETag of this full page, which never changes (docs/streams.md#caching-history-pages)',
+    type: 'null',
+  },
   400: errorSchema,
   503: errorSchema,
 } as const;
