@@ -30,6 +30,7 @@ export const SQL_FUNCTIONS = [
   'publish',
   'enqueue-jobs',
   'enqueue',
+  'follow-subscription',
 ] as const;
 const LOCK_KEY = 'commitfeed.migrations';
 
