@@ -194,8 +194,8 @@ t.test('two replicas following at once: exactly one job per event', async (t) =>
     await eventsOf(db, 'orders'),
     'each event once, in feed order',
   );
-  t.ok(one.follower.stats.steps > 0 && two.follower.stats.steps > 0, 'both replicas took steps');
-  t.comment(`steps: ${one.follower.stats.steps} + ${two.follower.stats.steps}`);
+  // Which replica wins each step is up to the row lock; both usually do.
+  t.comment(`steps by replica: ${one.follower.stats.steps} + ${two.follower.stats.steps}`);
 });
 
 t.test('a follower killed mid-way: the restarted one makes the rest, none twice', async (t) => {
