@@ -23,6 +23,9 @@ import type { Sampler } from './ops/sampler.ts';
 import { uiRoutes } from './ops/ui.ts';
 import type { Queues } from './queues/queues.ts';
 import { queueRoutes } from './queues/routes.ts';
+import type { Follower } from './flows/follower.ts';
+import { flowRoutes } from './flows/routes.ts';
+import type { Scheduler } from './flows/scheduler.ts';
 import { streamListRoutes } from './streams/list.ts';
 import { streamRoutes } from './streams/routes.ts';
 import { txRoutes } from './tx/routes.ts';
@@ -32,6 +35,9 @@ export interface AppDeps {
   db: Kysely<Database>;
   feed: Feed;
   queues: Queues;
+  /** Stream subscriptions and cron schedules (their routes are served only with both). */
+  follower?: Follower;
+  scheduler?: Scheduler;
   /** The query pool, for /metrics (optional: its gauges are left out without it). */
   pool?: pg.Pool;
   /** The live page's sampler (GET /v1/ops/live is served only with one). */
@@ -87,6 +93,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   streamRoutes(app, deps);
   streamListRoutes(app, deps);
   queueRoutes(app, deps);
+  if (deps.follower && deps.scheduler) {
+    flowRoutes(app, { ...deps, follower: deps.follower, scheduler: deps.scheduler });
+  }
   txRoutes(app, deps);
   return app;
 }

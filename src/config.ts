@@ -83,6 +83,10 @@ export interface Config {
   janitorIntervalMs: number;
   /** Longest the janitor waits for a table lock before giving up until its next run, in ms. */
   janitorLockTimeoutMs: number;
+  /** Run the stream-subscription follower and the cron scheduler in this process. */
+  flows: boolean;
+  /** A schedule tick enqueued more than this after its time counts as missed (catch-up policy), in ms. */
+  scheduleLateAfterMs: number;
 }
 
 type Env = NodeJS.ProcessEnv;
@@ -414,6 +418,20 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     '1s',
     10,
     'Longest maintenance waits for a table lock before retrying at its next run; publishes wait at most this long behind it.',
+    { max: MAX_TIMER_MS },
+  ),
+
+  flows: bool(
+    'FLOWS',
+    true,
+    'Run the stream-subscription follower and the cron scheduler here (every replica may: each event and each tick still becomes exactly one job).',
+    'Flows into queues (docs/queues.md#streams-feeding-queues)',
+  ),
+  scheduleLateAfterMs: duration(
+    'SCHEDULE_LATE_AFTER',
+    '1m',
+    1000,
+    'A schedule tick not enqueued within this of its time counts as missed, and its catch-up policy decides (none, last, all).',
     { max: MAX_TIMER_MS },
   ),
 };

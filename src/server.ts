@@ -4,7 +4,8 @@
  * the app as dependencies, so every route and /metrics sees the same instances.
  *
  * close() shuts down in order: stop the horizon watcher; stop accepting (new requests get 503);
- * release waiting claims and write queued enqueues and acks; end SSE streams with a `retry:` hint and
+ * release waiting claims and write queued enqueues and acks; stop the subscription follower and the
+ * scheduler; end SSE streams with a `retry:` hint and
  * finish in-flight publishes; stop the tailer, listener and janitor; close the HTTP server; close the
  * pool; stop the embedded database.
  */
@@ -22,6 +23,8 @@ import { Feed } from './feed/feed.ts';
 import { watchHorizon } from './ops/horizon-watch.ts';
 import { Sampler } from './ops/sampler.ts';
 import { Queues } from './queues/queues.ts';
+import { Follower } from './flows/follower.ts';
+import { Scheduler } from './flows/scheduler.ts';
 import { RETRY_AFTER_S, errorBody } from './http/errors.ts';
 
 /** Longest wait at shutdown for requests in flight to be answered before connections are dropped. */
@@ -32,6 +35,8 @@ export interface Server {
   db: Kysely<Database>;
   feed: Feed;
   queues: Queues;
+  follower: Follower;
+  scheduler: Scheduler;
   sampler: Sampler;
   url: string;
   databaseUrl: string;
@@ -82,6 +87,8 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
   let app: FastifyInstance | undefined;
   let stopHorizonWatch: (() => void) | undefined;
   let sampler: Sampler | undefined;
+  let follower: Follower | undefined;
+  let scheduler: Scheduler | undefined;
   try {
     if (opts.migrate !== false) {
       const applied = await migrate(db);
@@ -92,10 +99,29 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
     // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
     stopHorizonWatch = watchHorizon({ db, feed, log });
     const queues = new Queues({ db, feed, batchMaxJobs: config.batchMaxEvents });
+    // Streams and cron schedules feeding queues: every replica may run them (FLOWS).
+    const f0 = feed;
+    follower = new Follower({
+      db,
+      feed,
+      pageSize: config.pageSize,
+      pollIntervalMs: config.pollIntervalMs,
+      log,
+    });
+    scheduler = new Scheduler({
+      db,
+      lateAfterMs: config.scheduleLateAfterMs,
+      onEnqueued: () => f0.tailer.wake(),
+      log,
+    });
+    if (config.flows) {
+      follower.start();
+      scheduler.start();
+    }
     // One sampler per process feeds every open live page (src/ops/sampler.ts).
     sampler = new Sampler({ db, feed, queues });
     await sampler.start();
-    app = await buildApp({ config, db, feed, queues, pool, sampler });
+    app = await buildApp({ config, db, feed, queues, follower, scheduler, pool, sampler });
     const f = feed;
     // Every request that reached the server before shutdown began gets its answer; later ones get
     // 503 with Retry-After (and `connection: close`, so a client does not reuse a socket about to go).
@@ -139,6 +165,8 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
       // or ack still in flight is written and answered rather than refused.
       queues.releaseWaiters();
       f.endSubscribers(config.sseRetryMs);
+      // A follower step or a firing in progress finishes (or rolls back) before the pool closes.
+      await Promise.all([follower?.stop(), scheduler?.stop()]);
       if (inFlight > 0) {
         const waited = new Promise<void>((resolve) => {
           idle = resolve;
@@ -157,6 +185,8 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
       db,
       feed,
       queues,
+      follower,
+      scheduler,
       sampler,
       url,
       databaseUrl,
@@ -172,6 +202,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
         })()),
     };
   } catch (err) {
+    await Promise.all([follower?.stop(), scheduler?.stop()]).catch(() => {});
     stopHorizonWatch?.();
     sampler?.stop();
     await app?.close().catch(() => {});

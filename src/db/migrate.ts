@@ -31,6 +31,7 @@ export const SQL_FUNCTIONS = [
   'publish',
   'enqueue-jobs',
   'enqueue',
+  'follow-subscription',
 ] as const;
 const LOCK_KEY = 'commitfeed.migrations';
 

@@ -33,11 +33,16 @@ import type { QueueCounts, WaitTimes } from '../queues/counters.ts';
 import type { Queues } from '../queues/queues.ts';
 import { type FeedStats, feedStats } from '../retention/partitions.ts';
 import { horizonBlocker } from './horizon.ts';
+import type { Follower } from '../flows/follower.ts';
+import { registerFlowMetrics } from '../flows/metrics.ts';
+import type { Scheduler } from '../flows/scheduler.ts';
 
 export interface MetricsDeps {
   db: Kysely<Database>;
   feed: Feed;
   queues: Queues;
+  follower?: Follower;
+  scheduler?: Scheduler;
   pool?: pg.Pool;
   /** METRICS_REQUIRE_ADMIN: with auth on, a token with `admin: true` is needed (else public). */
   config?: { metricsRequireAdmin: boolean };
@@ -115,6 +120,7 @@ export function buildRegistry(deps: MetricsDeps): {
   const registry = new Registry();
   const perScrape = new PerScrape();
   collectDefaultMetrics({ register: registry, prefix: 'commitfeed_' });
+  registerFlowMetrics(registry, deps);
 
   // A counter whose value is copied from a module's own counter at scrape time.
   const mirror = (name: string, help: string, read: () => number) =>

@@ -1,8 +1,9 @@
 /**
  * The janitor: keeps the feed's partitions created ahead of the clock, drops whole partitions once
- * they are older than the retention (raising the trim mark in the same transaction), trims
- * idempotency keys past the dedup window and dead queue jobs past the retention — never with a
- * DELETE storm on a hot table — and ANALYZEs tables whose rows changed a lot (where autovacuum is
+ * they are older than the retention (raising the trim mark, and counting the events stream
+ * subscriptions had not reached, in the same transaction), trims idempotency keys past the dedup
+ * window and dead queue jobs and schedule ticks past the retention — never with a DELETE storm on a
+ * hot table — and ANALYZEs tables whose rows changed a lot (where autovacuum is
  * off, nothing else keeps the planner's statistics current).
  *
  * Lifecycle: one per process, started with the feed. Every `janitorIntervalMs` (and once at start) it
@@ -32,6 +33,8 @@ import {
   trimKeys,
 } from './partitions.ts';
 import { trimDeadJobs } from './dead-jobs.ts';
+import type { Loss } from './subscription-loss.ts';
+import { trimScheduleTicks } from '../flows/schedules.ts';
 
 /** The retention settings (documented in config.ts); janitorIntervalMs 0: no timer, runOnce only. */
 export interface JanitorOptions
@@ -57,6 +60,8 @@ export interface JanitorRun {
   defaultRowsTrimmed: number;
   keysTrimmed: number;
   deadJobsTrimmed: number;
+  /** Events dropped before a stream subscription turned them into jobs, per subscription. */
+  lost: Loss[];
   /** Tables ANALYZEd because their rows changed a lot since their statistics were taken. */
   analyzed: string[];
   errors: string[];
@@ -83,6 +88,8 @@ export class Janitor {
     lastDurationMs: 0,
     dropped: 0,
     created: 0,
+    /** Events dropped before a stream subscription turned them into jobs (this process's runs). */
+    lostEvents: 0,
   };
 
   constructor(
@@ -160,6 +167,7 @@ export class Janitor {
       defaultRowsTrimmed: 0,
       keysTrimmed: 0,
       deadJobsTrimmed: 0,
+      lost: [],
       analyzed: [],
       errors: [],
       durationMs: 0,
@@ -182,6 +190,7 @@ export class Janitor {
         const before = new Date(now.getTime() - this.opts.retentionMs);
         await this.step(run, 'queues', async () => {
           run.deadJobsTrimmed = await trimDeadJobs(conn, before);
+          await trimScheduleTicks(conn, before);
         });
         await this.step(run, 'statistics', async () => {
           run.analyzed = await analyzeChanged(conn);
@@ -209,6 +218,13 @@ export class Janitor {
       this.stats.created += run.created.length;
       this.stats.dropped += run.dropped.length;
       this.stats.errors += run.errors.length;
+      for (const l of run.lost) {
+        this.stats.lostEvents += l.events;
+        this.opts.log.warn(
+          { subscription: l.subscription, events: l.events },
+          'retention dropped events before this stream subscription turned them into jobs (counted in its lostEvents)',
+        );
+      }
       if (run.created.length + run.dropped.length + run.analyzed.length > 0 || run.errors.length > 0) {
         this.opts.log.info(
           {
@@ -262,9 +278,13 @@ export class Janitor {
     const before = now.getTime() - this.opts.retentionMs;
     for (const p of await listPartitions(db)) {
       if (p.isDefault || p.to === null || p.to > before) continue;
-      await dropPartition(db, p, this.opts.janitorLockTimeoutMs);
+      const lost: Loss[] = [];
+      await dropPartition(db, p, this.opts.janitorLockTimeoutMs, lost);
       run.dropped.push(p.name);
+      run.lost.push(...lost);
     }
-    run.defaultRowsTrimmed = await trimDefaultPartition(db, new Date(before));
+    const lost: Loss[] = [];
+    run.defaultRowsTrimmed = await trimDefaultPartition(db, new Date(before), lost);
+    run.lost.push(...lost);
   }
 }

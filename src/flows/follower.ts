@@ -1,0 +1,135 @@
+/**
+ * The follower: turns the events of every active stream subscription into jobs. Each step is one
+ * transaction (commitfeed.follow_subscription): read a page of the stream after the subscription's
+ * cursor — finished transactions only, in (txid, id) order — enqueue the jobs, advance the cursor.
+ * The cursor and the jobs commit together, so a crash anywhere repeats the step from the old cursor
+ * and every event becomes exactly one job; the row lock (SKIP LOCKED) lets any number of replicas run
+ * the follower, one of them working a given subscription at a time.
+ *
+ * Lifecycle: one per process (when FLOWS is on), started and stopped by the server. It wakes when
+ * the tailer reads an event of a followed stream (Feed.watch: the event has committed), when a
+ * subscription is created or resumed here (`wake()`), and every `pollIntervalMs` (subscriptions
+ * created or resumed by other replicas, events whose wake-up was missed). `stop()` ends the loop
+ * after the step in progress.
+ * Failure: a failed step is rolled back whole (nothing enqueued, cursor unmoved), logged, counted,
+ * and retried at the next pass after a backoff; no event is lost or doubled by it. Events that
+ * retention drops before the follower reaches them are counted by the janitor (src/retention), on the
+ * subscription's status, in /metrics and in the log.
+ */
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/database.ts';
+import type { Feed } from '../feed/feed.ts';
+import { followSubscription, listSubscriptions } from './subscriptions.ts';
+
+export interface FollowerOptions {
+  db: Kysely<Database>;
+  feed: Feed;
+  /** Events per step (one transaction). */
+  pageSize: number;
+  pollIntervalMs: number;
+  log: { warn(obj: object, msg?: string): void };
+}
+
+/** Longest wait after failed passes (doubling from pollIntervalMs). */
+const MAX_BACKOFF_MS = 30_000;
+
+export class Follower {
+  /** Read by /metrics: jobs made, steps run, failed passes. */
+  readonly stats = { jobs: 0, steps: 0, errors: 0 };
+  private stopped = true;
+  private loop: Promise<void> | undefined;
+  private unwatch: (() => void) | undefined;
+  /** Streams of active subscriptions (as of the last pass): events of others do not wake us. */
+  private streams = new Set<string>();
+  /** Something happened since the current pass began: run another at once. */
+  private dirty = false;
+  private sleeping: { timer: NodeJS.Timeout; done: () => void } | undefined;
+
+  constructor(private readonly opts: FollowerOptions) {}
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.unwatch = this.opts.feed.watch((events) => {
+      for (const e of events) {
+        if (this.streams.has(e.stream)) {
+          this.wake();
+          return;
+        }
+      }
+    });
+    this.loop = this.run();
+  }
+
+  /** Runs a pass now (or right after the one in progress). */
+  wake(): void {
+    this.dirty = true;
+    const s = this.sleeping;
+    if (s) {
+      clearTimeout(s.timer);
+      s.done();
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.unwatch?.();
+    this.wake();
+    await this.loop;
+  }
+
+  /**
+   * One pass over every active subscription: each is followed until a step reads less than a page.
+   * Returns the jobs made (tests call it directly on a stopped follower).
+   */
+  async pass(): Promise<number> {
+    const subs = await listSubscriptions(this.opts.db, null, true);
+    this.streams = new Set(subs.map((s) => s.stream));
+    let jobs = 0;
+    for (const s of subs) {
+      for (;;) {
+        if (this.stopped && this.loop !== undefined) return jobs;
+        const step = await followSubscription(this.opts.db, s.name, this.opts.pageSize);
+        // Paused, deleted, or another replica is on it (it loops until caught up).
+        if (step === null) break;
+        this.stats.steps++;
+        this.stats.jobs += step.jobs;
+        jobs += step.jobs;
+        if (step.read < this.opts.pageSize) break;
+      }
+    }
+    return jobs;
+  }
+
+  private async run(): Promise<void> {
+    let backoff = this.opts.pollIntervalMs;
+    while (!this.stopped) {
+      this.dirty = false;
+      let wait = this.opts.pollIntervalMs;
+      try {
+        await this.pass();
+        backoff = this.opts.pollIntervalMs;
+      } catch (err) {
+        this.stats.errors++;
+        this.opts.log.warn({ err: (err as Error).message }, 'subscription follower pass failed; retrying');
+        wait = backoff;
+        backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+        this.dirty = false;
+      }
+      if (this.dirty || this.stopped) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          this.sleeping = undefined;
+          resolve();
+        }, wait);
+        this.sleeping = {
+          timer,
+          done: () => {
+            this.sleeping = undefined;
+            resolve();
+          },
+        };
+      });
+    }
+  }
+}

@@ -1,0 +1,158 @@
+/**
+ * Stream subscriptions' SQL: create, list, pause/resume, delete, and one follow step. A subscription
+ * is a durable cursor over the feed that turns every event of a stream (optionally of one type) into
+ * one job of a queue; the follower (follower.ts) drives follow steps, the routes the rest. Every
+ * function takes `(db | trx, ...)`.
+ */
+import { sql } from 'kysely';
+import type { Db } from '../db/database.ts';
+import { type Cursor, START } from '../feed/cursor.ts';
+import { ApiError } from '../http/errors.ts';
+
+export interface SubscriptionInput {
+  name: string;
+  stream: string;
+  /** Only events of this type; null: every event of the stream. */
+  type: string | null;
+  queue: string;
+  priority: number;
+  maxAttempts: number;
+  /** Normalised backoff, JSON text (see toJobInput). */
+  backoff: string;
+  /** Where the cursor starts: a cursor, the feed's start, or `latest` (the current horizon). */
+  from: Cursor | 'earliest' | 'latest';
+}
+
+export interface SubscriptionStatus {
+  name: string;
+  stream: string;
+  type: string | null;
+  queue: string;
+  priority: number;
+  maxAttempts: number;
+  paused: boolean;
+  /** The last event turned into a job (or passed over by the type filter). */
+  cursor: string;
+  jobs: number;
+  followedAt: string | null;
+  /** Events retention dropped before they became jobs (never silently: see the janitor). */
+  lostEvents: number;
+  lastLoss: { at: string; events: number; partition: string } | null;
+  createdAt: string;
+}
+
+interface Row {
+  name: string;
+  stream: string;
+  type: string | null;
+  queue: string;
+  priority: number;
+  max_attempts: number;
+  paused: boolean;
+  cursor: string;
+  jobs: string;
+  followed_at: Date | null;
+  lost_events: string;
+  last_loss: { at: string; events: number; partition: string } | null;
+  created_at: Date;
+}
+
+const COLUMNS = sql`name, stream, type, queue, priority, max_attempts, paused,
+  cursor_txid::text || '-' || cursor_id::text as cursor, jobs::text as jobs, followed_at,
+  lost_events::text as lost_events, last_loss, created_at`;
+
+function toStatus(r: Row): SubscriptionStatus {
+  return {
+    name: r.name,
+    stream: r.stream,
+    type: r.type,
+    queue: r.queue,
+    priority: r.priority,
+    maxAttempts: r.max_attempts,
+    paused: r.paused,
+    cursor: r.cursor,
+    jobs: Number(r.jobs),
+    followedAt: r.followed_at?.toISOString() ?? null,
+    lostEvents: Number(r.lost_events),
+    lastLoss: r.last_loss,
+    createdAt: r.created_at.toISOString(),
+  };
+}
+
+/**
+ * Creates a subscription (409 `subscription_exists` when the name is taken). `latest` starts at the
+ * horizon: every event committed from now on becomes a job (so may a few that committed just before,
+ * behind a transaction still open), none is missed.
+ *
+ * @example
+ *   await createSubscription(db, { name: 'order-emails', stream: 'orders', type: 'created',
+ *     queue: 'emails', priority: 0, maxAttempts: 5, backoff: '{...}', from: 'latest' });
+ */
+export async function createSubscription(db: Db, s: SubscriptionInput): Promise<SubscriptionStatus> {
+  const from = s.from === 'earliest' ? START : s.from === 'latest' ? null : s.from;
+  const { rows } = await sql<Row>`
+    insert into commitfeed.subscriptions (name, stream, type, queue, priority, max_attempts, backoff,
+                                          cursor_txid, cursor_id)
+    select ${s.name}, ${s.stream}, ${s.type}, ${s.queue}, ${s.priority}, ${s.maxAttempts},
+           ${s.backoff}::jsonb,
+           coalesce(${from === null ? null : String(from.txid)}::xid8, pg_snapshot_xmin(pg_current_snapshot())),
+           coalesce(${from === null ? null : from.id}::int8, 0)
+    on conflict (name) do nothing
+    returning ${COLUMNS}`.execute(db);
+  if (rows.length === 0) {
+    throw new ApiError(
+      409,
+      'subscription_exists',
+      `a subscription named ${s.name} exists; delete it first, or choose another name`,
+    );
+  }
+  return toStatus(rows[0]);
+}
+
+/** One subscription, every subscription (`name` null), or only those not paused. */
+export async function listSubscriptions(
+  db: Db,
+  name: string | null,
+  activeOnly = false,
+): Promise<SubscriptionStatus[]> {
+  const { rows } = await sql<Row>`
+    select ${COLUMNS} from commitfeed.subscriptions
+    where (${name}::text is null or name = ${name}) and (not ${activeOnly} or not paused)
+    order by name`.execute(db);
+  return rows.map(toStatus);
+}
+
+/** Sets the paused flag; null when there is no such subscription. */
+export async function setSubscriptionPaused(
+  db: Db,
+  name: string,
+  paused: boolean,
+): Promise<SubscriptionStatus | null> {
+  const { rows } = await sql<Row>`
+    update commitfeed.subscriptions set paused = ${paused} where name = ${name}
+    returning ${COLUMNS}`.execute(db);
+  return rows[0] ? toStatus(rows[0]) : null;
+}
+
+/** Deletes a subscription (its jobs stay in their queue); false when there was none. */
+export async function deleteSubscription(db: Db, name: string): Promise<boolean> {
+  const { numAffectedRows } = await sql`delete from commitfeed.subscriptions where name = ${name}`.execute(
+    db,
+  );
+  return Number(numAffectedRows ?? 0) > 0;
+}
+
+/**
+ * One follow step (commitfeed.follow_subscription): up to `page` events after the cursor become jobs
+ * and the cursor moves past them, in one transaction. `null` when the subscription is paused, gone,
+ * or being followed by another replica right now.
+ */
+export async function followSubscription(
+  db: Db,
+  name: string,
+  page: number,
+): Promise<{ jobs: number; read: number } | null> {
+  const { rows } = await sql<{ jobs: number; read: number }>`
+    select jobs, read from commitfeed.follow_subscription(${name}, ${page})`.execute(db);
+  return rows[0] ?? null;
+}

@@ -1,0 +1,75 @@
+-- commitfeed.follow_subscription: one step of a stream subscription (src/flows/follower.ts). Reads
+-- the next page of the subscription's stream after its cursor — from finished transactions only,
+-- ordered by (txid, id), the feed's gap-free rule (`id > cursor` alone would skip an event whose
+-- transaction took a lower id but committed later) — enqueues one job per event that matches the
+-- type filter, and advances the cursor past the page, all in the caller's transaction: the jobs and
+-- the cursor commit together or not at all, so every event becomes exactly one job however many
+-- replicas run the follower and wherever one of them crashes.
+--
+-- The subscription row is locked FOR UPDATE SKIP LOCKED: a replica finding it held by another returns
+-- no row and moves on (the holder is doing the work). A paused or unknown subscription returns no row.
+-- Returns the jobs enqueued and the events read (read = page: more may follow at once).
+create or replace function commitfeed.follow_subscription(sub_name text, page integer)
+returns table (jobs integer, read integer)
+language plpgsql
+as $fn$
+#variable_conflict use_column
+declare
+  s commitfeed.subscriptions%rowtype;
+  payloads json[];
+  n_read int;
+  last_txid xid8;
+  last_id bigint;
+  n int;
+begin
+  -- The feed first, then the subscription row: the janitor takes them in the same order (it locks
+  -- the feed to drop a partition, then counts the subscription's lost events), so neither waits for
+  -- the other in a cycle.
+  lock table commitfeed.feed in access share mode;
+  select * into s from commitfeed.subscriptions x
+  where x.name = sub_name and not x.paused
+  for update skip locked;
+  if not found then
+    return;
+  end if;
+
+  -- The horizon comes from this statement's snapshot, so a row behind it cannot commit unseen. Every
+  -- event of the page moves the cursor; only those of the wanted type become jobs.
+  with page as (
+    select f.txid, f.id, f.stream, f.type, f.key, f.data
+    from commitfeed.feed f
+    where f.stream = s.stream
+      and (f.txid, f.id) > (s.cursor_txid, s.cursor_id)
+      and f.txid < pg_snapshot_xmin(pg_current_snapshot())
+    order by f.txid, f.id
+    limit page
+  )
+  select count(*)::int,
+         (array_agg(p.txid order by p.txid desc, p.id desc))[1],
+         (array_agg(p.id order by p.txid desc, p.id desc))[1],
+         array_agg(json_build_object('subscription', s.name, 'stream', p.stream, 'type', p.type,
+                                     'key', p.key, 'cursor', p.txid::text || '-' || p.id::text,
+                                     'data', p.data)
+                   order by p.txid, p.id) filter (where s.type is null or p.type = s.type)
+  into n_read, last_txid, last_id, payloads
+  from page p;
+
+  if n_read = 0 then
+    return query select 0, 0;
+    return;
+  end if;
+  n := coalesce(cardinality(payloads), 0);
+  if n > 0 then
+    -- Ids in input order, so job order is the stream's commit order.
+    perform commitfeed.enqueue_jobs(array_fill(s.queue, array[n]), payloads,
+      array_fill(s.priority, array[n]), array_fill(0::float8, array[n]),
+      array_fill(null::timestamptz, array[n]), array_fill(null::text, array[n]),
+      array_fill(s.max_attempts, array[n]), array_fill(s.backoff, array[n]));
+  end if;
+  update commitfeed.subscriptions x
+  set cursor_txid = last_txid, cursor_id = last_id, jobs = x.jobs + n,
+      followed_at = case when n > 0 then clock_timestamp() else x.followed_at end
+  where x.name = sub_name;
+  return query select n, n_read;
+end
+$fn$;
