@@ -23,6 +23,8 @@ export interface ClaimResult {
   reaped: number;
   /** Of those, the ones dead-lettered (their lease expired on the last attempt). */
   reapedDead: number;
+  /** The statement saw more ready jobs than it took (some may be held by concurrent claims). */
+  more: boolean;
 }
 
 /**
@@ -48,6 +50,7 @@ export async function claimJobs(
     expires_ms: number;
     reaped: number;
     reaped_dead: number;
+    more: boolean;
   }>`
     with reaped as (
       update commitfeed.jobs j
@@ -76,12 +79,17 @@ export async function claimJobs(
     select c.id::text as id, c.payload::text as payload, c.attempt, c.max_attempts, c.lease::text as lease,
            extract(epoch from c.lease_expires_at)::float8 * 1000 as expires_ms,
            (select count(*) from reaped)::int4 as reaped,
-           (select count(*) from reaped where reaped.state = 'dead')::int4 as reaped_dead
+           (select count(*) from reaped where reaped.state = 'dead')::int4 as reaped_dead,
+           -- The snapshot still shows the claimed rows as ready: more than max means some are left.
+           (select count(*) from (select 1 from commitfeed.jobs x
+                                  where x.queue = ${queue} and x.state = 'ready' and x.run_at <= clock_timestamp()
+                                  limit ${max} + 1) m) > ${max} as more
     from (select 1) one left join claimed c on true
     order by c.priority, c.run_at, c.id`.execute(db);
   return {
     reaped: rows[0].reaped,
     reapedDead: rows[0].reaped_dead,
+    more: rows[0].more,
     jobs:
       rows[0].id === null
         ? []

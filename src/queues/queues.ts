@@ -78,8 +78,14 @@ export class Queues {
   /** Enqueues one request's jobs (all-or-nothing), grouped with concurrent enqueues. */
   async enqueue(jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
     const results = await this.enqueuer.publish(jobs);
-    for (let i = 0; i < jobs.length; i++)
-      if (!results[i].duplicate) this.counters.of(jobs[i].queue).enqueued++;
+    const now = new Map<string, number>();
+    for (let i = 0; i < jobs.length; i++) {
+      if (results[i].duplicate) continue;
+      this.counters.of(jobs[i].queue).enqueued++;
+      if (jobs[i].delay === 0 && jobs[i].runAt === null)
+        now.set(jobs[i].queue, (now.get(jobs[i].queue) ?? 0) + 1);
+    }
+    for (const [queue, n] of now) this.wakeups.committed(queue, n);
     return results;
   }
 
@@ -90,42 +96,61 @@ export class Queues {
     const streams = [queueStream(queue)];
     const streamSet = new Set(streams);
     let retryMs = RETRY_MIN_MS;
-    for (;;) {
-      const before = this.feed.tailer.position;
-      const { jobs, reaped, reapedDead } = await claimJobs(this.db, queue, opts.max, opts.leaseSeconds);
-      if (reaped > 0) {
-        const c = this.counters.of(queue);
-        c.leasesExpired += reaped;
-        c.deadLettered += reapedDead;
-      }
-      if (jobs.length > 0) {
-        this.counters.of(queue).claimed += jobs.length;
-        this.counters.claimWait.observe((performance.now() - started) / 1000);
-        // Waiting claimers learn when these leases could run out (a crashed worker).
-        this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
-        return jobs;
-      }
-      // Released expired leases are claimable by the next statement.
-      if (reaped > 0) continue;
-      if (Date.now() >= deadline || signal.aborted || this.wakeups.closed) return this.empty();
-      const due = await nextDue(this.db, queue);
-      // An enqueue that committed after `before` may have been missed by the claim's snapshot and
-      // already passed the hub: look for its feed row before sleeping.
-      if (await this.feedMovedSince(streams, streamSet, before)) continue;
-      // From here to the waiter's registration nothing awaits, so no wake-up can slip between.
-      const now = Date.now();
-      let until = deadline;
-      if (due !== null) {
-        if (due <= now + retryMs) {
-          until = Math.min(until, now + retryMs);
-          retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
-        } else {
-          until = Math.min(until, due);
-          retryMs = RETRY_MIN_MS;
+    // Set while this claim holds a wake-up it has not used: if it ends before its next claim
+    // statement, the wake-up goes to another waiter (it may be the only one woken for a job).
+    let woken = false;
+    try {
+      for (;;) {
+        const before = this.feed.tailer.position;
+        const { jobs, reaped, reapedDead, more } = await claimJobs(
+          this.db,
+          queue,
+          opts.max,
+          opts.leaseSeconds,
+        );
+        woken = false;
+        if (reaped > 0) {
+          const c = this.counters.of(queue);
+          c.leasesExpired += reaped;
+          c.deadLettered += reapedDead;
         }
+        if (jobs.length > 0) {
+          this.counters.of(queue).claimed += jobs.length;
+          this.counters.claimWait.observe((performance.now() - started) / 1000);
+          // A full batch that left jobs behind: one more waiter takes over.
+          if (jobs.length === opts.max && more) this.wakeups.wake(queue, 1);
+          // Waiting claimers learn when these leases could run out (a crashed worker).
+          this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
+          return jobs;
+        }
+        // Released expired leases are claimable by the next statement.
+        if (reaped > 0) continue;
+        if (Date.now() >= deadline || signal.aborted || this.wakeups.closed) return this.empty();
+        const due = await nextDue(this.db, queue);
+        // An enqueue that committed after `before` may have been missed by the claim's snapshot and
+        // already passed the hub: look for its feed row before sleeping.
+        if (await this.feedMovedSince(streams, streamSet, before)) continue;
+        // From here to the waiter's registration nothing awaits, so no wake-up can slip between.
+        const now = Date.now();
+        let until = deadline;
+        let queueDue: number | undefined;
+        if (due !== null) {
+          if (due <= now + retryMs) {
+            // Due already but held by a concurrent statement: this claim retries on its own timer.
+            until = Math.min(until, now + retryMs);
+            retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
+          } else {
+            // One queue-wide timer wakes one waiter then, however many wait.
+            queueDue = due;
+            retryMs = RETRY_MIN_MS;
+          }
+        }
+        const why = await this.wakeups.wait(queue, opts.max, until, signal, queueDue);
+        woken = why === 'woken';
+        if (signal.aborted || this.wakeups.closed) return this.empty();
       }
-      await this.wakeups.wait(queue, until, signal);
-      if (signal.aborted || this.wakeups.closed) return this.empty();
+    } finally {
+      if (woken) this.wakeups.wake(queue, opts.max);
     }
   }
 
