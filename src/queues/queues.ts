@@ -21,11 +21,24 @@ import type { Database } from '../db/database.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import { Batcher } from '../commit/batcher.ts';
 import type { Feed } from '../feed/feed.ts';
-import { type DeadJob, type QueueStats, listDead, queueStats, retryDead, setPaused } from './admin.ts';
+import {
+  type CancelResult,
+  type DeadJob,
+  type JobStatus,
+  type QueueStats,
+  cancelJob,
+  getJob,
+  listDead,
+  queueStats,
+  retryDead,
+  setConcurrency,
+  setPaused,
+} from './admin.ts';
 import { type ClaimedJob, claimJobs, nextDue } from './claim.ts';
 import { QueueCounters } from './counters.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from './enqueue.ts';
 import {
+  type AckItem,
   type ExtendResult,
   type LeaseRef,
   type NackResult,
@@ -56,7 +69,7 @@ const RETRY_MAX_MS = 1000;
 
 export class Queues {
   readonly enqueuer: Batcher<JobInput, EnqueueResult>;
-  readonly acker: Batcher<LeaseRef, SettleResult>;
+  readonly acker: Batcher<AckItem, SettleResult>;
   readonly wakeups: Wakeups;
   readonly counters = new QueueCounters();
   private readonly db: Kysely<Database>;
@@ -72,7 +85,12 @@ export class Queues {
       // Our own commit: read the feed now rather than waiting for the NOTIFY to come back.
       onCommit: () => this.feed.tailer.wake(),
     });
-    this.acker = new Batcher(opts.db, { maxEvents: 5000, write: ackJobs });
+    // An ack that releases an ordered group or a concurrency slot writes a wake-up row.
+    this.acker = new Batcher(opts.db, {
+      maxEvents: 5000,
+      write: ackJobs,
+      onCommit: () => this.feed.tailer.wake(),
+    });
   }
 
   /** Enqueues one request's jobs (all-or-nothing), grouped with concurrent enqueues. */
@@ -171,7 +189,7 @@ export class Queues {
   }
 
   /** Acks jobs (each item independently), grouped with concurrent acks into one statement. */
-  async ack(items: readonly LeaseRef[]): Promise<SettleResult[]> {
+  async ack(items: readonly AckItem[]): Promise<SettleResult[]> {
     const results = await this.acker.publish(items);
     for (let i = 0; i < items.length; i++) if (results[i].ok) this.counters.of(items[i].queue).acked++;
     return results;
@@ -213,6 +231,24 @@ export class Queues {
   async setPaused(queue: string, paused: boolean): Promise<void> {
     await setPaused(this.db, queue, paused);
     if (!paused) this.feed.tailer.wake();
+  }
+
+  getJob(queue: string, id: string): Promise<JobStatus | undefined> {
+    return getJob(this.db, queue, id);
+  }
+
+  async cancel(queue: string, id: string): Promise<CancelResult> {
+    const res = await cancelJob(this.db, queue, id);
+    if (res.ok) {
+      this.counters.of(queue).cancelled++;
+      this.feed.tailer.wake();
+    }
+    return res;
+  }
+
+  async setConcurrency(queue: string, limit: number | null): Promise<void> {
+    await setConcurrency(this.db, queue, limit);
+    this.feed.tailer.wake();
   }
 
   /** Releases waiting claims and finishes queued enqueues and acks. */

@@ -28,13 +28,14 @@ import {
   trimDefaultPartition,
   trimKeys,
 } from './partitions.ts';
-import { trimDeadJobs } from './dead-jobs.ts';
+import { trimDeadJobs, trimFinishedJobs } from './dead-jobs.ts';
 
 /** The retention settings (documented in config.ts); janitorIntervalMs 0: no timer, runOnce only. */
 export interface JanitorOptions
   extends Pick<
     Config,
     | 'retentionMs'
+    | 'jobRetentionMs'
     | 'partitionIntervalMs'
     | 'partitionPremake'
     | 'dedupWindowMs'
@@ -54,6 +55,8 @@ export interface JanitorRun {
   defaultRowsTrimmed: number;
   keysTrimmed: number;
   deadJobsTrimmed: number;
+  /** Completed and cancelled jobs past JOB_RETENTION. */
+  finishedJobsTrimmed: number;
   /** Tables ANALYZEd because their rows changed a lot since their statistics were taken. */
   analyzed: string[];
   errors: string[];
@@ -127,6 +130,7 @@ export class Janitor {
       defaultRowsTrimmed: 0,
       keysTrimmed: 0,
       deadJobsTrimmed: 0,
+      finishedJobsTrimmed: 0,
       analyzed: [],
       errors: [],
       durationMs: 0,
@@ -149,6 +153,10 @@ export class Janitor {
         const before = new Date(now.getTime() - this.opts.retentionMs);
         await this.step(run, 'queues', async () => {
           run.deadJobsTrimmed = await trimDeadJobs(conn, before);
+          run.finishedJobsTrimmed = await trimFinishedJobs(
+            conn,
+            new Date(now.getTime() - this.opts.jobRetentionMs),
+          );
         });
         await this.step(run, 'statistics', async () => {
           run.analyzed = await analyzeChanged(conn);
@@ -158,7 +166,7 @@ export class Janitor {
           insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
           values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
                   ${run.errors.length > 0 ? run.errors.join('; ') : null},
-                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, analyzed: run.analyzed })}::jsonb)
+                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, finishedJobs: run.finishedJobsTrimmed, analyzed: run.analyzed })}::jsonb)
           on conflict (singleton) do update set started_at = excluded.started_at,
             duration_ms = excluded.duration_ms, instance = excluded.instance, error = excluded.error,
             summary = excluded.summary`
