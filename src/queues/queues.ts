@@ -1,16 +1,17 @@
 /**
  * The queues service: what the routes call (no SQL in routes). It owns two group-commit batchers —
  * enqueues (job rows + one feed wake-up row per queue, one notifying transaction per group) and acks
- * (one non-notifying delete per group) — and the long-poll claim loop.
+ * (one update per group, notifying only when it releases an ordered group or a concurrency slot) —
+ * and the long-poll claim loop.
  *
  * A claim with `wait` tries once; if nothing is claimable it sleeps in-process (Wakeups: no database
- * connection held) until the feed shows activity on the queue, until the next delayed job or lease it
- * knows of comes due, or until the wait ends, then tries again with FOR UPDATE SKIP LOCKED.
+ * connection held) until a wake-up meant for it (an enqueue wakes as many claims as it has jobs), until
+ * something it knows of comes due, or until the wait ends, then tries again with FOR UPDATE SKIP LOCKED.
  *
  * Lifecycle: created by the server beside the Feed (src/server.ts) and handed to the routes and
  * /metrics; `close()` (at shutdown, before the feed stops) releases waiting claims (they answer `{"jobs":[]}`) and waits for queued enqueues and acks to be written.
  * Counts of what it did (`counters`, plain fields read by /metrics at scrape time) are kept as it
- * goes: enqueued, claimed, acked, nacked, leases expired, dead-lettered, claim waits.
+ * goes: enqueued, claimed, acked, nacked, leases expired, dead-lettered, cancelled, claim waits.
  *
  * Failure: a database error fails the requests it touches (503 when the database is unavailable); a
  * waiting claim holds nothing that could leak, and a failed retry/redrive/resume notify costs latency
