@@ -31,6 +31,8 @@ export interface Config {
   maxBodyBytes: number;
   /** Largest single event `data` (as JSON text), in bytes. */
   maxEventBytes: number;
+  /** Largest job result stored with an ack, in bytes. */
+  maxJobResultBytes: number;
   /** Most events gathered into one group-commit transaction. */
   batchMaxEvents: number;
   /** Events kept in the tailer's in-memory window. */
@@ -73,6 +75,8 @@ export interface Config {
   metricsRequireAdmin: boolean;
   /** Feed events (and dead queue jobs) older than this are dropped by the janitor, in ms. */
   retentionMs: number;
+  /** Completed and cancelled queue jobs stay readable this long, in ms. */
+  jobRetentionMs: number;
   /** Time span of one feed partition, in ms (the unit in which history is dropped). */
   partitionIntervalMs: number;
   /** Partitions kept created ahead of the clock (inserts never wait for a partition to be made). */
@@ -280,6 +284,12 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     16,
     'Largest single event `data` or job `payload` (JSON text), in bytes; over it: 413.',
   ),
+  maxJobResultBytes: int(
+    'MAX_JOB_RESULT_BYTES',
+    64 * 1024,
+    2,
+    'Largest job `result` stored with an ack (JSON text), in bytes; over it: 413 result_too_large.',
+  ),
   maxSseConnections: int(
     'MAX_SSE_CONNECTIONS',
     20000,
@@ -392,6 +402,12 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     1000,
     'Feed events (and dead queue jobs) older than this are dropped, a whole partition at a time.',
     { section: 'Retention (docs/operations.md#retention)' },
+  ),
+  jobRetentionMs: duration(
+    'JOB_RETENTION',
+    '10m',
+    0,
+    'Completed and cancelled queue jobs stay readable (GET a job: state, result) this long, then the janitor deletes them.',
   ),
   partitionIntervalMs: duration(
     'PARTITION_INTERVAL',

@@ -27,11 +27,15 @@ t.test('enqueue → claim → ack', async (t) => {
 
   const a = await ack(server.url, 'emails', job.id, job.lease);
   t.equal(a.status, 204);
-  t.same(await jobRows(db), [], 'an acked job leaves the table');
+  t.same(
+    (await jobRows(db)).map((r) => r.state),
+    ['completed'],
+    'an acked job stays readable as completed (until JOB_RETENTION)',
+  );
   t.match(await stats(server.url, 'emails'), { ready: 0, leased: 0, completed: 1 });
   const again = await ack(server.url, 'emails', job.id, job.lease);
-  t.equal(again.status, 404);
-  t.equal(again.body.code, 'job_not_found');
+  t.equal(again.status, 409);
+  t.equal(again.body.code, 'job_completed');
 
   // Batch enqueue: ids in order; batch ack: one result per item.
   const b = await enqueue(server.url, 'emails', [{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
@@ -62,7 +66,7 @@ t.test('enqueue → claim → ack', async (t) => {
     { id: jobs[2].id, ok: true },
   ]);
   t.same(
-    (await jobRows(db)).map((r) => [r.id, r.state]),
+    (await jobRows(db)).filter((r) => r.state !== 'completed').map((r) => [r.id, r.state]),
     [[jobs[1].id, 'leased']],
     'the failed item changed nothing',
   );

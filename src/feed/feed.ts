@@ -29,6 +29,7 @@ export interface FeedOptions {
   /** Retention (src/config.ts; the server passes the whole config). Without janitorIntervalMs the
    * janitor never runs on its own. */
   retentionMs?: number;
+  jobRetentionMs?: number;
   partitionIntervalMs?: number;
   partitionPremake?: number;
   dedupWindowMs?: number;
@@ -81,6 +82,7 @@ export class Feed {
     const day = 86_400_000;
     this.janitor = new Janitor(opts.db, {
       retentionMs: opts.retentionMs ?? 7 * day,
+      jobRetentionMs: opts.jobRetentionMs ?? 600_000,
       partitionIntervalMs: opts.partitionIntervalMs ?? day,
       partitionPremake: opts.partitionPremake ?? 3,
       dedupWindowMs: opts.dedupWindowMs ?? 7 * day,

@@ -76,6 +76,7 @@ export class Hub {
   private readonly byStream = new Map<string, Set<Subscription>>();
   private readonly all = new Set<Subscription>();
   private readonly waiters = new Map<string, Set<Waiter>>();
+  private readonly listeners = new Map<string, Set<(e: FeedEvent) => void>>();
   private readonly heartbeat: NodeJS.Timeout;
   private readonly sweeper: NodeJS.Timeout;
   /** Dropped slow subscribers whose sockets still have to be destroyed (by the next sweep). */
@@ -142,6 +143,8 @@ export class Hub {
       }
       const ws = this.waiters.get(e.stream);
       if (ws !== undefined) for (const w of ws) this.release(w);
+      const ls = this.listeners.get(e.stream);
+      if (ls !== undefined) for (const l of ls) l(e);
     }
     this.stats.frames += frames;
     for (const sub of touched) {
@@ -182,6 +185,25 @@ export class Hub {
       signal?.addEventListener('abort', onAbort, { once: true });
       if (signal?.aborted) this.release(w);
     });
+  }
+
+  /**
+   * Calls `fn` synchronously with every event of `stream` the tailer reads from now on, in feed order,
+   * until the returned function is called. For in-process consumers that decide for themselves whom
+   * an event wakes (queue claims wake as many waiters as there are jobs). `fn` must not throw.
+   */
+  listen(stream: string, fn: (e: FeedEvent) => void): () => void {
+    let set = this.listeners.get(stream);
+    if (!set) {
+      set = new Set();
+      this.listeners.set(stream, set);
+    }
+    set.add(fn);
+    return () => {
+      const s = this.listeners.get(stream);
+      s?.delete(fn);
+      if (s?.size === 0) this.listeners.delete(stream);
+    };
   }
 
   private release(w: Waiter): void {

@@ -46,8 +46,8 @@ export function assertType(type: unknown, where: string): asserts type is string
   }
 }
 
-/** An idempotency key (events and jobs), when given; `where` names the event or job in the message. */
-export function assertKey(key: unknown, where: string): asserts key is string | undefined {
+/** An idempotency key (events and jobs) or a job's group (`field`), when given; `where` names the event or job in the message. */
+export function assertKey(key: unknown, where: string, field = 'key'): asserts key is string | undefined {
   if (
     key !== undefined &&
     (typeof key !== 'string' ||
@@ -60,7 +60,7 @@ export function assertKey(key: unknown, where: string): asserts key is string | 
       LONE_SURROGATE.test(key))
   ) {
     throw invalid(
-      `${where}.key must be a string of 1-${KEY_MAX_LENGTH} characters (no NUL, well-formed Unicode)`,
+      `${where}.${field} must be a string of 1-${KEY_MAX_LENGTH} characters (no NUL, well-formed Unicode)`,
     );
   }
 }

@@ -266,6 +266,7 @@ export async function fireSchedule(
       delay: 0,
       runAt: null,
       key: null,
+      group: null,
       maxAttempts: s.max_attempts,
       backoff: s.backoff,
     }));

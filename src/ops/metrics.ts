@@ -447,6 +447,16 @@ export function buildRegistry(deps: MetricsDeps): {
     'Jobs dead-lettered: by a nack on the last attempt, or by a lease expiring on it',
     (c) => c.deadLettered,
   );
+  byQueue(
+    'commitfeed_queue_jobs_cancelled_total',
+    'Jobs cancelled before a worker took them',
+    (c) => c.cancelled,
+  );
+  mirror(
+    'commitfeed_queue_claim_wakeups_total',
+    'Waiting claims woken to look for jobs (by an enqueue, retry, release or due time; at most one per job they can take)',
+    () => queues.wakeups.woken,
+  );
   mirror(
     'commitfeed_queue_claims_empty_total',
     'Claims that answered without jobs (the wait ran out, the client left, or shutdown)',

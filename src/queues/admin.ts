@@ -1,5 +1,6 @@
 /**
- * Queue administration: counts by state, dead letters and their redrive, pause and resume.
+ * Queue administration: counts by state, dead letters and their redrive, pause and resume,
+ * concurrency limits, one job's status, and cancelling a job.
  */
 import { sql } from 'kysely';
 import { type Db, inTransaction } from '../db/database.ts';
@@ -9,6 +10,8 @@ import { wakeEvent } from './wake-stream.ts';
 export interface QueueStats {
   name: string;
   paused: boolean;
+  /** Most jobs leased at once; null: no limit. */
+  concurrency: number | null;
   /** Claimable now (expired leases included: the next claim releases them). */
   ready: number;
   /** Waiting for their run time (delay, runAt or a retry backoff). */
@@ -29,7 +32,7 @@ export async function queueStats(db: Db, queue: string | null): Promise<QueueSta
   const { rows } = await sql<
     Omit<QueueStats, 'completed' | 'oldestReadyAgeSeconds'> & { completed: string; oldest: number | null }
   >`
-    select q.name, q.paused, q.completed::text as completed,
+    select q.name, q.paused, q.concurrency, q.completed::text as completed,
            count(*) filter (where (j.state = 'ready' and j.run_at <= now())
                                or (j.state = 'leased' and j.lease_expires_at <= now()))::int4 as ready,
            count(*) filter (where j.state = 'ready' and j.run_at > now())::int4 as delayed,
@@ -39,7 +42,7 @@ export async function queueStats(db: Db, queue: string | null): Promise<QueueSta
     from commitfeed.queues q
     left join commitfeed.jobs j on j.queue = q.name
     where ${queue}::text is null or q.name = ${queue}
-    group by q.name, q.paused, q.completed
+    group by q.name, q.paused, q.concurrency, q.completed
     order by q.name`.execute(db);
   return rows.map(({ completed, oldest, ...counts }) => ({
     ...counts,
@@ -117,5 +120,105 @@ export function setPaused(db: Db, queue: string, paused: boolean): Promise<void>
       insert into commitfeed.queues (name, paused) values (${queue}, ${paused})
       on conflict (name) do update set paused = excluded.paused`.execute(trx);
     if (!paused) await appendEvents(trx, [wakeEvent(queue, 'resumed', '{}')]);
+  });
+}
+
+/** A job as GET /v1/queues/{queue}/jobs/{id} shows it. Times are epoch ms (null when not set). */
+export interface JobStatus {
+  id: string;
+  queue: string;
+  /** ready (claimable now), delayed (waiting for runAt or a retry backoff), leased, dead, completed,
+   * cancelled. A lease that ran out reads as ready (the next claim releases it). */
+  state: 'ready' | 'delayed' | 'leased' | 'dead' | 'completed' | 'cancelled';
+  payload: string;
+  /** JSON text stored with the ack, or null. */
+  result: string | null;
+  group: string | null;
+  key: string | null;
+  priority: number;
+  attempt: number;
+  maxAttempts: number;
+  lastError: string | null;
+  createdAt: number;
+  runAt: number;
+  leaseExpiresAt: number | null;
+  deadAt: number | null;
+  finishedAt: number | null;
+}
+
+/** One job of `queue` by id (undefined when there is none: never enqueued, or finished and trimmed). */
+export async function getJob(db: Db, queue: string, id: string): Promise<JobStatus | undefined> {
+  const ms = (col: string) => sql.raw(`extract(epoch from j.${col})::float8 * 1000`);
+  const { rows } = await sql<
+    Omit<JobStatus, 'maxAttempts' | 'lastError'> & { max_attempts: number; last_error: string | null }
+  >`
+    select j.id::text as id, j.queue,
+           case when j.state = 'ready' and j.run_at > clock_timestamp() then 'delayed'
+                when j.state = 'leased' and j.lease_expires_at <= clock_timestamp() then 'ready'
+                else j.state end as state,
+           j.payload::text as payload, j.result::text as result, j.group_key as "group", j.key, j.priority,
+           j.attempt, j.max_attempts, j.last_error,
+           ${ms('created_at')} as "createdAt", ${ms('run_at')} as "runAt",
+           ${ms('lease_expires_at')} as "leaseExpiresAt", ${ms('dead_at')} as "deadAt",
+           ${ms('finished_at')} as "finishedAt"
+    from commitfeed.jobs j
+    where j.id = ${id}::int8 and j.queue = ${queue}`.execute(db);
+  if (rows.length === 0) return undefined;
+  const { max_attempts, last_error, ...r } = rows[0];
+  return { ...r, maxAttempts: max_attempts, lastError: last_error };
+}
+
+export type CancelResult = { ok: true } | { ok: false; status: 404 | 409; code: string; message: string };
+
+/**
+ * Cancels a job that no live lease holds (ready, delayed or dead; a lease that ran out counts as
+ * not held): it stays readable as `cancelled` for the job retention and frees its key. A worker
+ * holding it must ack or nack instead (409 job_leased). Cancelling the first job of an ordered group
+ * lets the next one go: a `cancelled` wake-up row commits with it.
+ */
+export function cancelJob(db: Db, queue: string, id: string): Promise<CancelResult> {
+  return inTransaction(db, async (trx) => {
+    const { rows } = await sql<{ group_key: string | null }>`
+      update commitfeed.jobs j
+      set state = 'cancelled', finished_at = clock_timestamp(), lease = null, lease_expires_at = null
+      where j.id = ${id}::int8 and j.queue = ${queue}
+        and (j.state in ('ready', 'dead') or (j.state = 'leased' and j.lease_expires_at <= clock_timestamp()))
+      returning j.group_key`.execute(trx);
+    if (rows.length > 0) {
+      if (rows[0].group_key !== null)
+        await appendEvents(trx, [wakeEvent(queue, 'cancelled', `{"id":"${id}"}`)]);
+      return { ok: true };
+    }
+    const job = await getJob(trx, queue, id);
+    if (!job) {
+      return { ok: false, status: 404, code: 'job_not_found', message: `no job ${id} in queue ${queue}` };
+    }
+    if (job.state === 'leased') {
+      return {
+        ok: false,
+        status: 409,
+        code: 'job_leased',
+        message: `job ${id} is held by a worker's lease until ${new Date(job.leaseExpiresAt ?? 0).toISOString()}: it can be cancelled once that worker nacks it or its lease runs out`,
+      };
+    }
+    return {
+      ok: false,
+      status: 409,
+      code: job.state === 'completed' ? 'job_completed' : 'job_cancelled',
+      message: `job ${id} is ${job.state} already; nothing was changed`,
+    };
+  });
+}
+
+/**
+ * Sets the most jobs of `queue` leased at once (null: no limit), creating the queue if needed. A
+ * change wakes waiting claimers through the feed (a higher limit lets more go).
+ */
+export function setConcurrency(db: Db, queue: string, limit: number | null): Promise<void> {
+  return inTransaction(db, async (trx) => {
+    await sql`
+      insert into commitfeed.queues (name, concurrency) values (${queue}, ${limit})
+      on conflict (name) do update set concurrency = excluded.concurrency`.execute(trx);
+    await appendEvents(trx, [wakeEvent(queue, 'released', `{"jobs":${limit ?? 1}}`)]);
   });
 }

@@ -3,7 +3,7 @@
  * leases), and `nextDue` tells a waiting claim when to look again.
  */
 import { sql } from 'kysely';
-import type { Db } from '../db/database.ts';
+import { type Db, inTransaction } from '../db/database.ts';
 
 export interface ClaimedJob {
   id: string;
@@ -23,21 +23,63 @@ export interface ClaimResult {
   reaped: number;
   /** Of those, the ones dead-lettered (their lease expired on the last attempt). */
   reapedDead: number;
+  /** The statement saw more ready jobs than it took (some may be held by concurrent claims). */
+  more: boolean;
+  /** The queue has a concurrency limit (claimJobs then claims under the queue's lock). */
+  limited: boolean;
 }
 
 /**
- * Claims up to `max` ready, due jobs of `queue` (priority, then age), each with a fresh lease token,
- * in one statement. `FOR UPDATE SKIP LOCKED`: concurrent claimers never wait on each other and never
- * get the same job. The same statement releases the queue's expired leases (crash recovery: a job
- * whose worker vanished is claimable again once its lease runs out, and its attempt counts; out of
- * attempts, it is dead-lettered with `lease expired` as its last error). A paused queue hands out
- * nothing.
+ * A ready job that may be handed out now: due, and — in an ordered group — first in line: no job of
+ * its group is leased, and none ready (due or not: a retry's backoff holds its group) comes before
+ * it. Read in the statement's snapshot; a job of the group committed later only waits longer.
+ */
+const headOfGroup = (x: string) => `
+  (${x}.group_key is null or not exists (
+     select 1 from commitfeed.jobs y
+     where y.queue = ${x}.queue and y.group_key = ${x}.group_key and y.state in ('ready', 'leased')
+       and (y.state = 'leased' or y.id < ${x}.id)))`;
+
+/**
+ * Claims up to `max` ready, due jobs of `queue` (priority, then age; an ordered group's next job
+ * only), each with a fresh lease token, in one statement. `FOR UPDATE SKIP LOCKED`: concurrent
+ * claimers never wait on each other and never get the same job. The same statement releases the
+ * queue's expired leases (crash recovery: a job whose worker vanished is claimable again once its
+ * lease runs out, and its attempt counts; out of attempts, it is dead-lettered with `lease expired`
+ * as its last error). A paused queue hands out nothing.
+ *
+ * A queue with a concurrency limit hands out at most `limit - live leases` jobs. Counting and taking
+ * must not interleave with another claim of the queue, so those claims run one at a time: a
+ * transaction-scoped advisory lock on the queue, then the claim in a snapshot taken after it. The
+ * lock is only taken once a claim has seen that the queue is limited (`limited` in the result).
  */
 export async function claimJobs(
   db: Db,
   queue: string,
   max: number,
   leaseSeconds: number,
+  locked = false,
+): Promise<ClaimResult> {
+  if (locked) {
+    return inTransaction(db, async (trx) => {
+      await sql`select pg_advisory_xact_lock(hashtextextended(${`commitfeed.claim:${queue}`}, 0))`.execute(
+        trx,
+      );
+      return claimStatement(trx, queue, max, leaseSeconds, true);
+    });
+  }
+  const res = await claimStatement(db, queue, max, leaseSeconds, false);
+  if (!res.limited) return res;
+  const again = await claimJobs(db, queue, max, leaseSeconds, true);
+  return { ...again, reaped: again.reaped + res.reaped, reapedDead: again.reapedDead + res.reapedDead };
+}
+
+async function claimStatement(
+  db: Db,
+  queue: string,
+  max: number,
+  leaseSeconds: number,
+  locked: boolean,
 ): Promise<ClaimResult> {
   const { rows } = await sql<{
     id: string | null;
@@ -48,6 +90,8 @@ export async function claimJobs(
     expires_ms: number;
     reaped: number;
     reaped_dead: number;
+    more: boolean;
+    limited: boolean;
   }>`
     with reaped as (
       update commitfeed.jobs j
@@ -59,12 +103,26 @@ export async function claimJobs(
                      where x.queue = ${queue} and x.state = 'leased' and x.lease_expires_at <= clock_timestamp()
                      for update skip locked)
       returning j.state
+    ), cfg as (
+      select coalesce(bool_or(q.paused), false) as paused, min(q.concurrency) as concurrency
+      from commitfeed.queues q where q.name = ${queue}
+    ), room as (
+      -- Unlocked, a limited queue hands out nothing: the caller takes the lock and asks again.
+      select case when cfg.paused then 0
+                  when cfg.concurrency is null then ${max}::int4
+                  when not ${locked}::bool then 0
+                  else greatest(0, least(${max}::int4, cfg.concurrency - (
+                    select count(*) from commitfeed.jobs x
+                    where x.queue = ${queue} and x.state = 'leased' and x.lease_expires_at > clock_timestamp())))
+             end as n,
+             cfg.concurrency is not null as limited
+      from cfg
     ), picked as (
       select x.id from commitfeed.jobs x
       where x.queue = ${queue} and x.state = 'ready' and x.run_at <= clock_timestamp()
-        and not coalesce((select q.paused from commitfeed.queues q where q.name = ${queue}), false)
+        and ${sql.raw(headOfGroup('x'))}
       order by x.priority, x.run_at, x.id
-      limit ${max}
+      limit (select n from room)
       for update skip locked
     ), claimed as (
       update commitfeed.jobs j
@@ -76,12 +134,20 @@ export async function claimJobs(
     select c.id::text as id, c.payload::text as payload, c.attempt, c.max_attempts, c.lease::text as lease,
            extract(epoch from c.lease_expires_at)::float8 * 1000 as expires_ms,
            (select count(*) from reaped)::int4 as reaped,
-           (select count(*) from reaped where reaped.state = 'dead')::int4 as reaped_dead
+           (select count(*) from reaped where reaped.state = 'dead')::int4 as reaped_dead,
+           -- The snapshot still shows the claimed rows as ready: more than max means some are left.
+           (select count(*) from (select 1 from commitfeed.jobs x
+                                  where x.queue = ${queue} and x.state = 'ready' and x.run_at <= clock_timestamp()
+                                  limit ${max} + 1) m) > ${max} as more,
+           (select limited from room) as limited
     from (select 1) one left join claimed c on true
     order by c.priority, c.run_at, c.id`.execute(db);
   return {
     reaped: rows[0].reaped,
     reapedDead: rows[0].reaped_dead,
+    more: rows[0].more,
+    // Only an unlocked statement reports it: it means "take the lock and claim again".
+    limited: rows[0].limited && !locked,
     jobs:
       rows[0].id === null
         ? []
@@ -97,20 +163,31 @@ export async function claimJobs(
 }
 
 /**
- * When `queue` next has something to hand out without an enqueue: the earliest delayed job coming
- * due or lease expiring (epoch ms), `0` when jobs are due already (held by a concurrent claim, or
- * committed after a claim's snapshot: try again), or null when nothing is pending or the queue is
- * paused (an enqueue or a resume wakes claimers through the feed).
+ * When `queue` next has something to hand out without a wake-up row: the earliest delayed job coming
+ * due or lease expiring (epoch ms), `0` when jobs are claimable already (held by a concurrent claim,
+ * or committed after a claim's snapshot: try again), or null when nothing is pending or the queue is
+ * paused (an enqueue or a resume wakes claimers through the feed). Jobs behind the head of their
+ * group, and a queue at its concurrency limit, wait for an ack (its `released` row) or a lease expiry.
  */
 export async function nextDue(db: Db, queue: string): Promise<number | null> {
   const { rows } = await sql<{ due: number | null; now: boolean; paused: boolean }>`
-    select coalesce((select q.paused from commitfeed.queues q where q.name = ${queue}), false) as paused,
+    with cfg as (
+      select coalesce(bool_or(q.paused), false) as paused, min(q.concurrency) as concurrency
+      from commitfeed.queues q where q.name = ${queue}
+    )
+    select cfg.paused,
            exists (select 1 from commitfeed.jobs x
-                   where x.queue = ${queue} and x.state = 'ready' and x.run_at <= clock_timestamp()) as now,
+                   where x.queue = ${queue} and x.state = 'ready' and x.run_at <= clock_timestamp()
+                     and ${sql.raw(headOfGroup('x'))})
+             and (cfg.concurrency is null or cfg.concurrency > (
+                   select count(*) from commitfeed.jobs x
+                   where x.queue = ${queue} and x.state = 'leased' and x.lease_expires_at > clock_timestamp())) as now,
            extract(epoch from least(
-             (select min(x.run_at) from commitfeed.jobs x where x.queue = ${queue} and x.state = 'ready'),
+             (select min(x.run_at) from commitfeed.jobs x
+              where x.queue = ${queue} and x.state = 'ready' and x.run_at > clock_timestamp()),
              (select min(x.lease_expires_at) from commitfeed.jobs x where x.queue = ${queue} and x.state = 'leased')
-           ))::float8 * 1000 as due`.execute(db);
+           ))::float8 * 1000 as due
+    from cfg`.execute(db);
   const r = rows[0];
   if (r.paused) return null;
   if (r.now) return 0;

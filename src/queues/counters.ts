@@ -24,6 +24,8 @@ export interface QueueCounts {
   leasesExpired: number;
   /** Jobs dead-lettered: by a nack, or by a lease expiring on the last attempt. */
   deadLettered: number;
+  /** Jobs cancelled before a worker took them. */
+  cancelled: number;
 }
 
 /** Upper bounds (seconds) of the claim-wait buckets: immediate claims to full long-polls. */
@@ -72,6 +74,7 @@ export class QueueCounters {
         nackedDead: 0,
         leasesExpired: 0,
         deadLettered: 0,
+        cancelled: 0,
       };
       this.byQueue.set(queue, c);
     }

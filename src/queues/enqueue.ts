@@ -4,8 +4,10 @@
  * implementation of enqueueing that commitfeed.enqueue (applications' own transactions) calls too.
  *
  * States: 'ready' (claimable from run_at: a future run_at is a delayed job), 'leased' (held until
- * lease_expires_at, then claimable again), 'dead' (out of attempts). An ack deletes the row and counts
- * it in commitfeed.queues.completed, so the claim query never wades through history.
+ * lease_expires_at, then claimable again), 'dead' (out of attempts), 'completed' (acked) and
+ * 'cancelled', the last two kept for the job retention window (then deleted by the janitor). An ack
+ * also counts the job in commitfeed.queues.completed. The claim's indexes cover only ready and leased
+ * jobs, so finished ones cost the claim nothing.
  */
 import { CompiledQuery } from 'kysely';
 import { columns } from '../db/columns.ts';
@@ -26,6 +28,8 @@ export interface JobInput {
   maxAttempts: number;
   /** Normalised backoff as JSON text: {"type","delay","max","jitter"}. */
   backoff: string;
+  /** Ordered group: the group's jobs are handed out one at a time, in enqueue order. */
+  group: string | null;
 }
 
 export interface EnqueueResult {
@@ -37,7 +41,7 @@ export interface EnqueueResult {
 
 export const ENQUEUE_SQL = prepared(
   `select id::text as id, duplicate from commitfeed.enqueue_jobs($1::text[], $2::json[], $3::int4[],
-     $4::float8[], $5::timestamptz[], $6::text[], $7::int4[], $8::jsonb[])`,
+     $4::float8[], $5::timestamptz[], $6::text[], $7::int4[], $8::jsonb[], $9::text[])`,
 );
 
 /**
@@ -65,6 +69,7 @@ export async function enqueueJobs(db: Db, jobs: readonly JobInput[]): Promise<En
     'key',
     'maxAttempts',
     'backoff',
+    'group',
   ]);
   const { rows } = await db.executeQuery<{ id: string; duplicate: boolean }>(
     CompiledQuery.raw(ENQUEUE_SQL, params),

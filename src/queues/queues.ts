@@ -1,16 +1,17 @@
 /**
  * The queues service: what the routes call (no SQL in routes). It owns two group-commit batchers —
  * enqueues (job rows + one feed wake-up row per queue, one notifying transaction per group) and acks
- * (one non-notifying delete per group) — and the long-poll claim loop.
+ * (one update per group, notifying only when it releases an ordered group or a concurrency slot) —
+ * and the long-poll claim loop.
  *
  * A claim with `wait` tries once; if nothing is claimable it sleeps in-process (Wakeups: no database
- * connection held) until the feed shows activity on the queue, until the next delayed job or lease it
- * knows of comes due, or until the wait ends, then tries again with FOR UPDATE SKIP LOCKED.
+ * connection held) until a wake-up meant for it (an enqueue wakes as many claims as it has jobs), until
+ * something it knows of comes due, or until the wait ends, then tries again with FOR UPDATE SKIP LOCKED.
  *
  * Lifecycle: created by the server beside the Feed (src/server.ts) and handed to the routes and
  * /metrics; `close()` (at shutdown, before the feed stops) releases waiting claims (they answer `{"jobs":[]}`) and waits for queued enqueues and acks to be written.
  * Counts of what it did (`counters`, plain fields read by /metrics at scrape time) are kept as it
- * goes: enqueued, claimed, acked, nacked, leases expired, dead-lettered, claim waits.
+ * goes: enqueued, claimed, acked, nacked, leases expired, dead-lettered, cancelled, claim waits.
  *
  * Failure: a database error fails the requests it touches (503 when the database is unavailable); a
  * waiting claim holds nothing that could leak, and a failed retry/redrive/resume notify costs latency
@@ -21,11 +22,24 @@ import type { Database } from '../db/database.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import { Batcher } from '../commit/batcher.ts';
 import type { Feed } from '../feed/feed.ts';
-import { type DeadJob, type QueueStats, listDead, queueStats, retryDead, setPaused } from './admin.ts';
+import {
+  type CancelResult,
+  type DeadJob,
+  type JobStatus,
+  type QueueStats,
+  cancelJob,
+  getJob,
+  listDead,
+  queueStats,
+  retryDead,
+  setConcurrency,
+  setPaused,
+} from './admin.ts';
 import { type ClaimedJob, claimJobs, nextDue } from './claim.ts';
 import { QueueCounters } from './counters.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from './enqueue.ts';
 import {
+  type AckItem,
   type ExtendResult,
   type LeaseRef,
   type NackResult,
@@ -56,7 +70,7 @@ const RETRY_MAX_MS = 1000;
 
 export class Queues {
   readonly enqueuer: Batcher<JobInput, EnqueueResult>;
-  readonly acker: Batcher<LeaseRef, SettleResult>;
+  readonly acker: Batcher<AckItem, SettleResult>;
   readonly wakeups: Wakeups;
   readonly counters = new QueueCounters();
   private readonly db: Kysely<Database>;
@@ -72,14 +86,25 @@ export class Queues {
       // Our own commit: read the feed now rather than waiting for the NOTIFY to come back.
       onCommit: () => this.feed.tailer.wake(),
     });
-    this.acker = new Batcher(opts.db, { maxEvents: 5000, write: ackJobs });
+    // An ack that releases an ordered group or a concurrency slot writes a wake-up row.
+    this.acker = new Batcher(opts.db, {
+      maxEvents: 5000,
+      write: ackJobs,
+      onCommit: () => this.feed.tailer.wake(),
+    });
   }
 
   /** Enqueues one request's jobs (all-or-nothing), grouped with concurrent enqueues. */
   async enqueue(jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
     const results = await this.enqueuer.publish(jobs);
-    for (let i = 0; i < jobs.length; i++)
-      if (!results[i].duplicate) this.counters.of(jobs[i].queue).enqueued++;
+    const now = new Map<string, number>();
+    for (let i = 0; i < jobs.length; i++) {
+      if (results[i].duplicate) continue;
+      this.counters.of(jobs[i].queue).enqueued++;
+      if (jobs[i].delay === 0 && jobs[i].runAt === null)
+        now.set(jobs[i].queue, (now.get(jobs[i].queue) ?? 0) + 1);
+    }
+    for (const [queue, n] of now) this.wakeups.committed(queue, n);
     return results;
   }
 
@@ -90,42 +115,61 @@ export class Queues {
     const streams = [queueStream(queue)];
     const streamSet = new Set(streams);
     let retryMs = RETRY_MIN_MS;
-    for (;;) {
-      const before = this.feed.tailer.position;
-      const { jobs, reaped, reapedDead } = await claimJobs(this.db, queue, opts.max, opts.leaseSeconds);
-      if (reaped > 0) {
-        const c = this.counters.of(queue);
-        c.leasesExpired += reaped;
-        c.deadLettered += reapedDead;
-      }
-      if (jobs.length > 0) {
-        this.counters.of(queue).claimed += jobs.length;
-        this.counters.claimWait.observe((performance.now() - started) / 1000);
-        // Waiting claimers learn when these leases could run out (a crashed worker).
-        this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
-        return jobs;
-      }
-      // Released expired leases are claimable by the next statement.
-      if (reaped > 0) continue;
-      if (Date.now() >= deadline || signal.aborted || this.wakeups.closed) return this.empty();
-      const due = await nextDue(this.db, queue);
-      // An enqueue that committed after `before` may have been missed by the claim's snapshot and
-      // already passed the hub: look for its feed row before sleeping.
-      if (await this.feedMovedSince(streams, streamSet, before)) continue;
-      // From here to the waiter's registration nothing awaits, so no wake-up can slip between.
-      const now = Date.now();
-      let until = deadline;
-      if (due !== null) {
-        if (due <= now + retryMs) {
-          until = Math.min(until, now + retryMs);
-          retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
-        } else {
-          until = Math.min(until, due);
-          retryMs = RETRY_MIN_MS;
+    // Set while this claim holds a wake-up it has not used: if it ends before its next claim
+    // statement, the wake-up goes to another waiter (it may be the only one woken for a job).
+    let woken = false;
+    try {
+      for (;;) {
+        const before = this.feed.tailer.position;
+        const { jobs, reaped, reapedDead, more } = await claimJobs(
+          this.db,
+          queue,
+          opts.max,
+          opts.leaseSeconds,
+        );
+        woken = false;
+        if (reaped > 0) {
+          const c = this.counters.of(queue);
+          c.leasesExpired += reaped;
+          c.deadLettered += reapedDead;
         }
+        if (jobs.length > 0) {
+          this.counters.of(queue).claimed += jobs.length;
+          this.counters.claimWait.observe((performance.now() - started) / 1000);
+          // A full batch that left jobs behind: one more waiter takes over.
+          if (jobs.length === opts.max && more) this.wakeups.wake(queue, 1);
+          // Waiting claimers learn when these leases could run out (a crashed worker).
+          this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
+          return jobs;
+        }
+        // Released expired leases are claimable by the next statement.
+        if (reaped > 0) continue;
+        if (Date.now() >= deadline || signal.aborted || this.wakeups.closed) return this.empty();
+        const due = await nextDue(this.db, queue);
+        // An enqueue that committed after `before` may have been missed by the claim's snapshot and
+        // already passed the hub: look for its feed row before sleeping.
+        if (await this.feedMovedSince(streams, streamSet, before)) continue;
+        // From here to the waiter's registration nothing awaits, so no wake-up can slip between.
+        const now = Date.now();
+        let until = deadline;
+        let queueDue: number | undefined;
+        if (due !== null) {
+          if (due <= now + retryMs) {
+            // Due already but held by a concurrent statement: this claim retries on its own timer.
+            until = Math.min(until, now + retryMs);
+            retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
+          } else {
+            // One queue-wide timer wakes one waiter then, however many wait.
+            queueDue = due;
+            retryMs = RETRY_MIN_MS;
+          }
+        }
+        const why = await this.wakeups.wait(queue, opts.max, until, signal, queueDue);
+        woken = why === 'woken';
+        if (signal.aborted || this.wakeups.closed) return this.empty();
       }
-      await this.wakeups.wait(queue, until, signal);
-      if (signal.aborted || this.wakeups.closed) return this.empty();
+    } finally {
+      if (woken) this.wakeups.wake(queue, opts.max);
     }
   }
 
@@ -146,7 +190,7 @@ export class Queues {
   }
 
   /** Acks jobs (each item independently), grouped with concurrent acks into one statement. */
-  async ack(items: readonly LeaseRef[]): Promise<SettleResult[]> {
+  async ack(items: readonly AckItem[]): Promise<SettleResult[]> {
     const results = await this.acker.publish(items);
     for (let i = 0; i < items.length; i++) if (results[i].ok) this.counters.of(items[i].queue).acked++;
     return results;
@@ -188,6 +232,24 @@ export class Queues {
   async setPaused(queue: string, paused: boolean): Promise<void> {
     await setPaused(this.db, queue, paused);
     if (!paused) this.feed.tailer.wake();
+  }
+
+  getJob(queue: string, id: string): Promise<JobStatus | undefined> {
+    return getJob(this.db, queue, id);
+  }
+
+  async cancel(queue: string, id: string): Promise<CancelResult> {
+    const res = await cancelJob(this.db, queue, id);
+    if (res.ok) {
+      this.counters.of(queue).cancelled++;
+      this.feed.tailer.wake();
+    }
+    return res;
+  }
+
+  async setConcurrency(queue: string, limit: number | null): Promise<void> {
+    await setConcurrency(this.db, queue, limit);
+    this.feed.tailer.wake();
   }
 
   /** Releases waiting claims and finishes queued enqueues and acks. */

@@ -18,6 +18,10 @@ import { queueStream } from './wake-stream.ts';
 import type { Queues } from './queues.ts';
 import {
   JOB_ID_PATTERN,
+  cancelResponse,
+  concurrencyBody,
+  concurrencyResponse,
+  jobResponse,
   ackBody,
   ackResponse,
   batchAckResponse,
@@ -69,6 +73,21 @@ function check<T extends SettleResult | { ok: boolean }>(res: T): Extract<T, { o
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
+const isoOrNull = (ms: number | null) => (ms === null ? 'null' : `"${iso(ms)}"`);
+
+/** A job's result as stored JSON text (null when none); over `maxBytes`: 413, nothing acked. */
+function resultText(value: unknown, maxBytes: number, where: string): string | null {
+  if (value === undefined) return null;
+  const text = JSON.stringify(value);
+  if (text.length * 3 > maxBytes && Buffer.byteLength(text) > maxBytes) {
+    throw new ApiError(
+      413,
+      'result_too_large',
+      `${where} is larger than ${maxBytes} bytes (MAX_JOB_RESULT_BYTES)`,
+    );
+  }
+  return text;
+}
 
 /** JSON for one claimed job, with `payload` passed through as stored (no parse, no re-serialise). */
 function claimedJson(j: ClaimedJob): string {
@@ -131,7 +150,7 @@ export function queueRoutes(
     },
   );
 
-  app.post<JobReq<{ lease: string }>>(
+  app.post<JobReq<{ lease: string; result?: unknown }>>(
     '/v1/queues/:queue/jobs/:id/ack',
     {
       schema: {
@@ -144,7 +163,9 @@ export function queueRoutes(
     },
     async (request, reply) => {
       authorize(request, 'work', request.params.queue);
-      const [res] = await queues.ack([jobRef(request.params, request.body.lease)]);
+      const ref = jobRef(request.params, request.body.lease);
+      const result = resultText(request.body.result, config.maxJobResultBytes, 'result');
+      const [res] = await queues.ack([{ ...ref, result }]);
       check(res);
       return reply.code(204).send();
     },
@@ -188,7 +209,7 @@ export function queueRoutes(
     },
   );
 
-  app.post<{ Params: { queue: string }; Body: { id: string; lease: string }[] }>(
+  app.post<{ Params: { queue: string }; Body: { id: string; lease: string; result?: unknown }[] }>(
     '/v1/queues/:queue/ack',
     {
       schema: {
@@ -202,7 +223,13 @@ export function queueRoutes(
     async (request) => {
       const { queue } = request.params;
       authorize(request, 'work', queue);
-      const items = request.body.map((i) => ({ queue, id: i.id, lease: i.lease }));
+      // Every result is checked before anything is acked: an oversized one fails the whole request.
+      const items = request.body.map((i, n) => ({
+        queue,
+        id: i.id,
+        lease: i.lease,
+        result: resultText(i.result, config.maxJobResultBytes, `[${n}].result`),
+      }));
       const results = await queues.ack(items);
       return {
         results: results.map((r, n) =>
@@ -211,6 +238,69 @@ export function queueRoutes(
             : { id: items[n].id, ok: false, status: r.status, code: r.code, message: r.message },
         ),
       };
+    },
+  );
+
+  app.get<{ Params: { queue: string; id: string } }>(
+    '/v1/queues/:queue/jobs/:id',
+    {
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: "A job's state, attempts, last error, times and result",
+        params: jobParams,
+        response: jobResponse,
+      },
+    },
+    async (request, reply) => {
+      authorizeQueueRead(request, request.params.queue);
+      const ref = jobRef(request.params, '');
+      const j = await queues.getJob(ref.queue, ref.id);
+      if (!j) {
+        throw new ApiError(
+          404,
+          'job_not_found',
+          `no job ${ref.id} in queue ${ref.queue}: it never existed, or it finished longer ago than JOB_RETENTION`,
+        );
+      }
+      reply.type('application/json');
+      // payload and result are passed through as stored (no parse, no re-serialise).
+      return `{"id":"${j.id}","queue":${JSON.stringify(j.queue)},"state":"${j.state}","payload":${j.payload},"result":${j.result ?? 'null'},"group":${JSON.stringify(j.group)},"key":${JSON.stringify(j.key)},"priority":${j.priority},"attempt":${j.attempt},"maxAttempts":${j.maxAttempts},"lastError":${JSON.stringify(j.lastError)},"createdAt":${isoOrNull(j.createdAt)},"runAt":${isoOrNull(j.runAt)},"leaseExpiresAt":${isoOrNull(j.leaseExpiresAt)},"deadAt":${isoOrNull(j.deadAt)},"finishedAt":${isoOrNull(j.finishedAt)}}`;
+    },
+  );
+
+  app.post<{ Params: { queue: string; id: string } }>(
+    '/v1/queues/:queue/jobs/:id/cancel',
+    {
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: 'Cancel a job no worker holds (409 job_leased when one does)',
+        params: jobParams,
+        response: cancelResponse,
+      },
+    },
+    async (request) => {
+      authorize(request, 'enqueue', request.params.queue);
+      const ref = jobRef(request.params, '');
+      check(await queues.cancel(ref.queue, ref.id));
+      return { id: ref.id, state: 'cancelled' };
+    },
+  );
+
+  app.post<{ Params: { queue: string }; Body: { limit: number | null } }>(
+    '/v1/queues/:queue/concurrency',
+    {
+      config: { access: 'admin' },
+      schema: {
+        tags: QUEUE_TAGS,
+        summary: 'Set the most jobs of the queue leased at once (null: no limit)',
+        params: queueParams,
+        body: concurrencyBody,
+        response: concurrencyResponse,
+      },
+    },
+    async (request) => {
+      await queues.setConcurrency(request.params.queue, request.body.limit);
+      return { queue: request.params.queue, concurrency: request.body.limit };
     },
   );
 

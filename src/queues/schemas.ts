@@ -42,6 +42,12 @@ export const jobInput = {
       description: 'lower runs first (default 0)',
     },
     key: { type: 'string', minLength: 1, maxLength: 200, description: 'dedup key among jobs not completed' },
+    group: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 200,
+      description: "ordered group: the group's jobs are handed out one at a time, in enqueue order",
+    },
     maxAttempts: { type: 'integer', minimum: 1, maximum: MAX_ATTEMPTS_LIMIT, description: 'default 5' },
     backoff: {
       type: 'object',
@@ -108,11 +114,16 @@ const lease = {
   description: 'the token the claim returned',
 } as const;
 
+const result = {
+  description:
+    'any JSON value, kept with the completed job (GET the job) for JOB_RETENTION; at most MAX_JOB_RESULT_BYTES',
+} as const;
+
 export const ackBody = {
   type: 'object',
   required: ['lease'],
   additionalProperties: false,
-  properties: { lease },
+  properties: { lease, result },
 } as const;
 
 export const nackBody = {
@@ -149,7 +160,7 @@ export const batchAckBody = {
     type: 'object',
     required: ['id', 'lease'],
     additionalProperties: false,
-    properties: { id: { type: 'string', pattern: JOB_ID_PATTERN }, lease },
+    properties: { id: { type: 'string', pattern: JOB_ID_PATTERN }, lease, result },
   },
 } as const;
 
@@ -167,6 +178,7 @@ const statsSchema = {
   properties: {
     name: { type: 'string' },
     paused: { type: 'boolean' },
+    concurrency: { type: ['integer', 'null'], description: 'most jobs leased at once (null: no limit)' },
     ready: { type: 'integer' },
     delayed: { type: 'integer' },
     leased: { type: 'integer' },
@@ -213,7 +225,11 @@ export const claimResponse = {
   200: { type: 'object', properties: { jobs: { type: 'array', items: claimedJob } } },
   ...errors,
 } as const;
-export const ackResponse = { 204: { type: 'null', description: 'acked' }, ...errors } as const;
+export const ackResponse = {
+  204: { type: 'null', description: 'acked' },
+  ...errors,
+  413: errorSchema,
+} as const;
 export const nackResponse = {
   200: {
     type: 'object',
@@ -285,5 +301,58 @@ export const pauseResponse = {
 } as const;
 export const watchResponse = {
   200: { type: 'string', description: 'text/event-stream: enqueued, retry, dead and resumed events' },
+  ...errors,
+} as const;
+
+const time = { type: ['string', 'null'], format: 'date-time' } as const;
+export const jobResponse = {
+  200: {
+    type: 'object',
+    properties: {
+      id: { type: 'string' },
+      queue: { type: 'string' },
+      state: { type: 'string', enum: ['ready', 'delayed', 'leased', 'dead', 'completed', 'cancelled'] },
+      payload: { description: 'as enqueued' },
+      result: { description: 'as stored with the ack (null when none)' },
+      group: { type: ['string', 'null'] },
+      key: { type: ['string', 'null'] },
+      priority: { type: 'integer' },
+      attempt: { type: 'integer' },
+      maxAttempts: { type: 'integer' },
+      lastError: { type: ['string', 'null'] },
+      createdAt: time,
+      runAt: time,
+      leaseExpiresAt: time,
+      deadAt: time,
+      finishedAt: time,
+    },
+  },
+  ...errors,
+} as const;
+export const cancelResponse = {
+  200: {
+    type: 'object',
+    properties: { id: { type: 'string' }, state: { type: 'string', enum: ['cancelled'] } },
+  },
+  ...errors,
+} as const;
+export const concurrencyBody = {
+  type: 'object',
+  required: ['limit'],
+  additionalProperties: false,
+  properties: {
+    limit: {
+      type: ['integer', 'null'],
+      minimum: 1,
+      maximum: 1000000,
+      description: 'most jobs of the queue leased at once; null removes the limit',
+    },
+  },
+} as const;
+export const concurrencyResponse = {
+  200: {
+    type: 'object',
+    properties: { queue: { type: 'string' }, concurrency: { type: ['integer', 'null'] } },
+  },
   ...errors,
 } as const;

@@ -17,27 +17,54 @@ export type SettleResult = { ok: true } | { ok: false; status: 404 | 409; code: 
 
 const OK: SettleResult = { ok: true };
 
+/** An ack: the lease, and optionally the job's result (JSON text, already bounded by the caller). */
+export interface AckItem extends LeaseRef {
+  result?: string | null;
+}
+
 /**
- * Acks (completes) jobs in one statement: each job is deleted only if it is still held by the lease
+ * Acks (completes) jobs in one statement: each job is completed only if it is still held by the lease
  * presented and that lease has not expired (fencing: a stale worker cannot complete a job someone else
- * now holds), and counted in its queue's `completed`. One result per item, in order; a failed item
- * changes nothing.
+ * now holds), keeps its result and stays readable (state 'completed') until the janitor removes it
+ * after the job retention, and is counted in its queue's `completed`. One result per item, in order; a
+ * failed item changes nothing.
+ *
+ * Completing a job of an ordered group, or of a queue with a concurrency limit, lets another job go:
+ * a `released` wake-up row (data `{"jobs":<n>}`) commits with the ack for those queues, so waiting
+ * claimers on every replica look again. Other acks write no feed row and notify nobody.
  */
-export async function ackJobs(db: Db, items: readonly LeaseRef[]): Promise<SettleResult[]> {
+export async function ackJobs(db: Db, items: readonly AckItem[]): Promise<SettleResult[]> {
   const { rows } = await sql<{ id: string }>`
-    with del as (
-      delete from commitfeed.jobs j
-      using unnest(${items.map((i) => i.id)}::int8[], ${items.map((i) => i.lease)}::text[],
-                   ${items.map((i) => i.queue)}::text[]) as a(id, lease, queue)
+    with done as (
+      update commitfeed.jobs j
+      set state = 'completed', finished_at = clock_timestamp(), result = a.result,
+          lease = null, lease_expires_at = null
+      from unnest(${items.map((i) => i.id)}::int8[], ${items.map((i) => i.lease)}::text[],
+                  ${items.map((i) => i.queue)}::text[], ${items.map((i) => i.result ?? null)}::json[])
+           as a(id, lease, queue, result)
       where j.id = a.id and j.queue = a.queue and j.state = 'leased' and j.lease::text = a.lease
         and j.lease_expires_at > clock_timestamp()
-      returning j.id, j.queue
+      returning j.id, j.queue, j.group_key
     ), counted as (
       update commitfeed.queues q set completed = q.completed + d.n
-      from (select queue, count(*) as n from del group by queue) d
+      from (select queue, count(*) as n from done group by queue) d
       where q.name = d.queue
+      returning q.name, q.concurrency, d.n
+    ), released as (
+      select w.name, count(*) filter (where d.group_key is not null) as grouped, min(w.n) as n,
+             bool_or(w.concurrency is not null) as limited
+      from counted w join done d on d.queue = w.name
+      group by w.name
+    ), woke as (
+      select commitfeed.append(array_agg('queue/' || r.name order by r.name),
+                               array_fill('released'::text, array[count(*)::int4]),
+                               array_fill(null::text, array[count(*)::int4]),
+                               array_agg(format('{"jobs":%s}', case when r.limited then r.n else r.grouped end)::json
+                                         order by r.name))
+      from released r where r.limited or r.grouped > 0
+      having count(*) > 0
     )
-    select id::text as id from del`.execute(db);
+    select d.id::text as id, (select count(*) from woke) as woke from done d`.execute(db);
   const done = new Set(rows.map((r) => r.id));
   // An id given twice is completed once: the later copies fail like any stale ack.
   const settled = new Set<string>();
@@ -66,12 +93,20 @@ async function whyNot(db: Db, items: readonly LeaseRef[]): Promise<(i: LeaseRef)
   const byId = new Map(rows.map((r) => [r.id, r]));
   return (i) => {
     const row = byId.get(i.id);
+    if (row && row.queue === i.queue && (row.state === 'completed' || row.state === 'cancelled')) {
+      return {
+        ok: false,
+        status: 409,
+        code: row.state === 'completed' ? 'job_completed' : 'job_cancelled',
+        message: `job ${i.id} is ${row.state} already; nothing was changed`,
+      };
+    }
     if (!row || row.queue !== i.queue) {
       return {
         ok: false,
         status: 404,
         code: 'job_not_found',
-        message: `no job ${i.id} in queue ${i.queue}: it was completed already, or never existed`,
+        message: `no job ${i.id} in queue ${i.queue}: it never existed, or it finished longer ago than the job retention`,
       };
     }
     if (row.lease === i.lease) {

@@ -33,6 +33,8 @@ export interface JobBody {
   key?: string;
   maxAttempts?: number;
   backoff?: Backoff;
+  /** Ordered group: its jobs are handed out one at a time, in enqueue order. */
+  group?: string;
 }
 
 const bad = (message: string) => new ApiError(400, 'invalid_request', message);
@@ -68,6 +70,7 @@ export function toJobInput(queue: string, body: JobBody, maxPayloadBytes: number
     throw bad(`${where}.priority must be an integer from -${PRIORITY_LIMIT} to ${PRIORITY_LIMIT}`);
   }
   assertKey(body.key, where);
+  assertKey(body.group, where, 'group');
   const maxAttempts = body.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > MAX_ATTEMPTS_LIMIT) {
     throw bad(`${where}.maxAttempts must be an integer from 1 to ${MAX_ATTEMPTS_LIMIT}`);
@@ -99,5 +102,6 @@ export function toJobInput(queue: string, body: JobBody, maxPayloadBytes: number
     key: body.key ?? null,
     maxAttempts,
     backoff: JSON.stringify(backoff),
+    group: body.group ?? null,
   };
 }

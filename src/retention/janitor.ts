@@ -32,15 +32,16 @@ import {
   trimDefaultPartition,
   trimKeys,
 } from './partitions.ts';
-import { trimDeadJobs } from './dead-jobs.ts';
 import type { Loss } from './subscription-loss.ts';
 import { trimScheduleTicks } from '../flows/schedules.ts';
+import { trimDeadJobs, trimFinishedJobs } from './dead-jobs.ts';
 
 /** The retention settings (documented in config.ts); janitorIntervalMs 0: no timer, runOnce only. */
 export interface JanitorOptions
   extends Pick<
     Config,
     | 'retentionMs'
+    | 'jobRetentionMs'
     | 'partitionIntervalMs'
     | 'partitionPremake'
     | 'dedupWindowMs'
@@ -62,6 +63,8 @@ export interface JanitorRun {
   deadJobsTrimmed: number;
   /** Events dropped before a stream subscription turned them into jobs, per subscription. */
   lost: Loss[];
+  /** Completed and cancelled jobs past JOB_RETENTION. */
+  finishedJobsTrimmed: number;
   /** Tables ANALYZEd because their rows changed a lot since their statistics were taken. */
   analyzed: string[];
   errors: string[];
@@ -168,6 +171,7 @@ export class Janitor {
       keysTrimmed: 0,
       deadJobsTrimmed: 0,
       lost: [],
+      finishedJobsTrimmed: 0,
       analyzed: [],
       errors: [],
       durationMs: 0,
@@ -191,6 +195,10 @@ export class Janitor {
         await this.step(run, 'queues', async () => {
           run.deadJobsTrimmed = await trimDeadJobs(conn, before);
           await trimScheduleTicks(conn, before);
+          run.finishedJobsTrimmed = await trimFinishedJobs(
+            conn,
+            new Date(now.getTime() - this.opts.jobRetentionMs),
+          );
         });
         await this.step(run, 'statistics', async () => {
           run.analyzed = await analyzeChanged(conn);
@@ -200,7 +208,7 @@ export class Janitor {
           insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
           values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
                   ${run.errors.length > 0 ? run.errors.join('; ') : null},
-                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, analyzed: run.analyzed })}::jsonb)
+                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, finishedJobs: run.finishedJobsTrimmed, analyzed: run.analyzed })}::jsonb)
           on conflict (singleton) do update set started_at = excluded.started_at,
             duration_ms = excluded.duration_ms, instance = excluded.instance, error = excluded.error,
             summary = excluded.summary`

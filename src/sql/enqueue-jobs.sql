@@ -11,9 +11,11 @@
 -- The row is a bare wake marker (claimers read the jobs table), so it stays small whatever the payloads.
 --
 -- backoffs must be normalised objects ({"type","delay","max","jitter"}); run_ats win over delays,
--- and a job may not give both.
+-- and a job may not give both. groups (optional, null for none) puts jobs in ordered groups: a
+-- group's jobs are handed out one at a time, in id order.
 create or replace function commitfeed.enqueue_jobs(queues text[], payloads json[], priorities integer[],
-  delays double precision[], run_ats timestamptz[], keys text[], attempt_limits integer[], backoffs jsonb[])
+  delays double precision[], run_ats timestamptz[], keys text[], attempt_limits integer[], backoffs jsonb[],
+  groups text[] default null)
 returns table (id bigint, duplicate boolean)
 language plpgsql
 as $fn$
@@ -41,12 +43,13 @@ begin
   if n = 0 then
     return;
   end if;
+  groups := coalesce(groups, array_fill(null::text, array[n]));
   -- The rules of src/queues/validate.ts, restated (test/validation-parity.test.ts checks that both
   -- accept and refuse the same inputs). Lengths are in characters (code points). Messages name the
   -- arguments of commitfeed.enqueue, the one-job form applications call.
   perform commitfeed.refuse_invalid('commitfeed.enqueue_jobs', 'job',
     array[n, cardinality(payloads), cardinality(priorities), cardinality(delays), cardinality(run_ats),
-          cardinality(keys), cardinality(attempt_limits), cardinality(backoffs)],
+          cardinality(keys), cardinality(attempt_limits), cardinality(backoffs), cardinality(groups)],
     array(
       select coalesce(commitfeed.invalid_name('queue', s.queue, s.queue), case
         when s.payload is null then 'payload must not be SQL NULL (use ''null'' for a JSON null)'
@@ -62,9 +65,11 @@ begin
         when s.attempt_limit is null or s.attempt_limit not between 1 and 1000 then
           'max_attempts must be an integer from 1 to 1000'
         when jsonb_typeof(s.backoff) is distinct from 'object' then 'backoff must be an object'
+        when char_length(s.grp) not between 1 and 200 then
+          'group must be a string of 1-200 characters (no NUL, well-formed Unicode)'
       end)
-      from unnest(queues, payloads, priorities, delays, run_ats, keys, attempt_limits, backoffs)
-        with ordinality as s(queue, payload, priority, delay, run_at, key, attempt_limit, backoff, i)
+      from unnest(queues, payloads, priorities, delays, run_ats, keys, attempt_limits, backoffs, groups)
+        with ordinality as s(queue, payload, priority, delay, run_at, key, attempt_limit, backoff, grp, i)
       order by s.i));
 
   -- Sorted, so concurrent calls lock new queue names in one order.
@@ -86,24 +91,24 @@ begin
   loop
     with s as (
       select s.*
-      from unnest(queues, payloads, priorities, delays, run_ats, keys, attempt_limits, backoffs)
-        with ordinality as s(queue, payload, priority, delay, run_at, key, attempt_limit, backoff, i)
+      from unnest(queues, payloads, priorities, delays, run_ats, keys, attempt_limits, backoffs, groups)
+        with ordinality as s(queue, payload, priority, delay, run_at, key, attempt_limit, backoff, grp, i)
       where pending[s.i::int]
     ), a as materialized (
       -- Ids are taken here, in input order, so each input is matched to its row by id (RETURNING
       -- order is not guaranteed); a key already taken only skips a sequence value.
       select s.*, nextval('commitfeed.jobs_id_seq'::regclass) as id from s order by s.i
     ), ins as (
-      insert into commitfeed.jobs (id, queue, payload, priority, run_at, key, max_attempts, backoff)
+      insert into commitfeed.jobs (id, queue, payload, priority, run_at, key, max_attempts, backoff, group_key)
       overriding system value
       select a.id, a.queue, a.payload, a.priority,
              -- Milliseconds, as a JavaScript Date holds it.
              coalesce(date_trunc('milliseconds', a.run_at),
                       clock_timestamp() + make_interval(secs => a.delay)),
-             a.key, a.attempt_limit, a.backoff
+             a.key, a.attempt_limit, a.backoff, a.grp
       from a
       order by a.i
-      on conflict (queue, key) where key is not null do nothing
+      on conflict (queue, key) where key is not null and state in ('ready', 'leased', 'dead') do nothing
       returning id
     )
     select array(select a.i from a order by a.i), array(select a.id from a order by a.i),
@@ -121,7 +126,8 @@ begin
     from (select x.i, x.new,
                  case when x.new then x.id
                       else (select j.id from commitfeed.jobs j
-                            where j.queue = queues[x.i::int] and j.key = keys[x.i::int]) end as id
+                            where j.queue = queues[x.i::int] and j.key = keys[x.i::int]
+                              and j.state in ('ready', 'leased', 'dead')) end as id
           from unnest(round_i, round_id, round_new) as x(i, id, new)) r;
     done_i := done_i || coalesce(got_i, '{}');
     done_id := done_id || coalesce(got_id, '{}');
@@ -156,5 +162,5 @@ begin
 end
 $fn$;
 
-comment on function commitfeed.enqueue_jobs(text[], json[], integer[], double precision[], timestamptz[], text[], integer[], jsonb[]) is
+comment on function commitfeed.enqueue_jobs(text[], json[], integer[], double precision[], timestamptz[], text[], integer[], jsonb[], text[]) is
   'Enqueues a batch of jobs (one array element per job; inside the caller''s transaction: claimable and waiting claimers woken at COMMIT, discarded on ROLLBACK). Returns one row per job, in order: its id, and whether its key was already held by a job of the queue not yet completed (then nothing was enqueued and the id is that job''s).';

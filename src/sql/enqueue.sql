@@ -6,7 +6,7 @@
 -- jsonb's text.
 create or replace function commitfeed.enqueue(queue text, payload jsonb, delay_seconds double precision default 0,
   priority integer default 0, key text default null, max_attempts integer default 5,
-  run_at timestamptz default null, backoff jsonb default null)
+  run_at timestamptz default null, backoff jsonb default null, group_key text default null)
 returns bigint
 language plpgsql
 as $fn$
@@ -45,9 +45,9 @@ begin
   return (select e.id
           from commitfeed.enqueue_jobs(array[queue], array[payload::json], array[coalesce(priority, 0)],
                                        array[delay_seconds], array[run_at], array[key],
-                                       array[coalesce(max_attempts, 5)], array[norm]) e);
+                                       array[coalesce(max_attempts, 5)], array[norm], array[group_key]) e);
 end
 $fn$;
 
-comment on function commitfeed.enqueue(text, jsonb, double precision, integer, text, integer, timestamptz, jsonb) is
+comment on function commitfeed.enqueue(text, jsonb, double precision, integer, text, integer, timestamptz, jsonb, text) is
   'Enqueues one job (inside the caller''s transaction: claimable and waiting claimers woken at COMMIT, discarded on ROLLBACK) and returns its id. With a key already held by a job of the queue not yet completed, enqueues nothing and returns that job''s id.';
