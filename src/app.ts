@@ -16,6 +16,7 @@ import { installFiniteNumbers, installJsonParser } from './http/input.ts';
 import { strictBodyValidator } from './http/validation.ts';
 import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
+import { mercureRoutes } from './mercure/routes.ts';
 import { liveRoutes } from './ops/live.ts';
 import { metricsRoutes } from './ops/metrics.ts';
 import type { Sampler } from './ops/sampler.ts';
@@ -79,5 +80,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   streamListRoutes(app, deps);
   queueRoutes(app, deps);
   txRoutes(app, deps);
+  await mercureRoutes(app, deps);
   return app;
 }
