@@ -30,6 +30,10 @@ export const SQL_FUNCTIONS = [
   'publish',
   'enqueue-jobs',
   'enqueue',
+  'mercure-reserved',
+  'mercure-invalid',
+  'mercure-append',
+  'mercure-publish',
 ] as const;
 const LOCK_KEY = 'commitfeed.migrations';
 

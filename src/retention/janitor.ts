@@ -29,6 +29,7 @@ import {
   trimKeys,
 } from './partitions.ts';
 import { trimDeadJobs } from './dead-jobs.ts';
+import { trimMercureTopics } from './mercure-topics.ts';
 
 /** The retention settings (documented in config.ts); janitorIntervalMs 0: no timer, runOnce only. */
 export interface JanitorOptions
@@ -54,6 +55,8 @@ export interface JanitorRun {
   defaultRowsTrimmed: number;
   keysTrimmed: number;
   deadJobsTrimmed: number;
+  /** Mercure topic index rows deleted (their updates were dropped by retention). */
+  mercureTopicsTrimmed: number;
   /** Tables ANALYZEd because their rows changed a lot since their statistics were taken. */
   analyzed: string[];
   errors: string[];
@@ -127,6 +130,7 @@ export class Janitor {
       defaultRowsTrimmed: 0,
       keysTrimmed: 0,
       deadJobsTrimmed: 0,
+      mercureTopicsTrimmed: 0,
       analyzed: [],
       errors: [],
       durationMs: 0,
@@ -150,6 +154,9 @@ export class Janitor {
         await this.step(run, 'queues', async () => {
           run.deadJobsTrimmed = await trimDeadJobs(conn, before);
         });
+        await this.step(run, 'mercure', async () => {
+          run.mercureTopicsTrimmed = await trimMercureTopics(conn);
+        });
         await this.step(run, 'statistics', async () => {
           run.analyzed = await analyzeChanged(conn);
         });
@@ -158,7 +165,7 @@ export class Janitor {
           insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
           values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
                   ${run.errors.length > 0 ? run.errors.join('; ') : null},
-                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, analyzed: run.analyzed })}::jsonb)
+                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, mercureTopics: run.mercureTopicsTrimmed, analyzed: run.analyzed })}::jsonb)
           on conflict (singleton) do update set started_at = excluded.started_at,
             duration_ms = excluded.duration_ms, instance = excluded.instance, error = excluded.error,
             summary = excluded.summary`
