@@ -13,6 +13,7 @@ import type { Database } from './db/database.ts';
 import { installErrorHandlers } from './http/errors.ts';
 import type { Feed } from './feed/feed.ts';
 import { installFiniteNumbers, installJsonParser } from './http/input.ts';
+import { discoveryRoutes } from './mercure/discovery.ts';
 import { strictBodyValidator } from './http/validation.ts';
 import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
@@ -81,5 +82,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   queueRoutes(app, deps);
   txRoutes(app, deps);
   await mercureRoutes(app, deps);
+  discoveryRoutes(app, deps.config, { subscriptions: false });
   return app;
 }

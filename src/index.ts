@@ -20,6 +20,7 @@ import { type JobBody, toJobInput } from './queues/validate.ts';
 
 export { ApiError } from './http/errors.ts';
 export { migrate } from './db/migrate.ts';
+export { mercureLink } from './mercure/discovery.ts';
 export type { AppendResult } from './feed/queries.ts';
 export type { EnqueueResult } from './queues/enqueue.ts';
 export type { Backoff } from './queues/validate.ts';
