@@ -48,9 +48,33 @@ export interface Selection {
   accepts(e: FeedEvent): boolean;
   frame(e: FeedEvent): string;
   readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead>;
-  /** Retention dropped events past the cursor during catch-up: a chunk to end the stream with, or
-   * undefined to go on from the mark (the selection has told its client in its own way). */
-  onReset(mark: Cursor): string | undefined;
+  /** Retention dropped events past the cursor during catch-up: a chunk to write (and whether to end
+   * the stream with it), or undefined to go on from the mark silently (the selection tells its
+   * client in its own way). */
+  onReset(mark: Cursor): { chunk: string; end: boolean } | undefined;
+}
+
+/** The frames of the events `frameOf` takes (undefined: skipped), in chunks of about `chunkBytes`. */
+export function chunkFrames(
+  events: readonly FeedEvent[],
+  frameOf: (e: FeedEvent) => string | undefined,
+  chunkBytes: number,
+): { chunks: string[]; count: number } {
+  const chunks: string[] = [];
+  let chunk = '';
+  let count = 0;
+  for (const e of events) {
+    const frame = frameOf(e);
+    if (frame === undefined) continue;
+    count++;
+    if (chunk.length + frame.length > chunkBytes && chunk !== '') {
+      chunks.push(chunk);
+      chunk = '';
+    }
+    chunk += frame;
+  }
+  if (chunk !== '') chunks.push(chunk);
+  return { chunks, count };
 }
 
 export class Subscription {
@@ -247,14 +271,15 @@ export class Hub {
         if (page.reset) {
           // Retention dropped events past this cursor: say so before anything else, then go on
           // from the trim mark (the frame's id moves the client's Last-Event-ID there too).
-          if (sub.selection !== undefined) {
-            const end = sub.selection.onReset(page.reset);
-            if (end !== undefined) {
-              sub.sink.end(end);
-              this.unsubscribe(sub);
-              return;
-            }
-          } else sub.sink.write(resetFrame(page.reset));
+          const said = sub.selection
+            ? sub.selection.onReset(page.reset)
+            : { chunk: resetFrame(page.reset), end: false };
+          if (said?.end) {
+            sub.sink.end(said.chunk);
+            this.unsubscribe(sub);
+            return;
+          }
+          if (said !== undefined) sub.sink.write(said.chunk);
           sub.cursor = page.position;
           continue;
         }

@@ -14,7 +14,7 @@
 import type { Db } from '../db/database.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
-import type { FramesRead, Selection } from '../feed/hub.ts';
+import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
 import type { Tailer } from '../feed/tailer.ts';
 import { ApiError } from '../http/errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
@@ -126,9 +126,12 @@ export class MercureSelection implements Selection {
     return mercureFrame(e);
   }
 
-  onReset(_mark: Cursor): string | undefined {
+  onReset(_mark: Cursor): { chunk: string; end: boolean } | undefined {
     if (!this.opts.endOnReset) return undefined;
-    return `retry: ${this.opts.retryMs}\n: updates after your last id were dropped by retention; reconnect\n\n`;
+    return {
+      chunk: `retry: ${this.opts.retryMs}\n: updates after your last id were dropped by retention; reconnect\n\n`,
+      end: true,
+    };
   }
 
   async readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead> {
@@ -150,20 +153,11 @@ export class MercureSelection implements Selection {
       events = page.events;
       position = page.position;
     }
-    const chunks: string[] = [];
-    let chunk = '';
-    let count = 0;
-    for (const e of events) {
-      if (!this.accepts(e)) continue;
-      const frame = this.frame(e);
-      count++;
-      if (chunk.length + frame.length > chunkBytes && chunk !== '') {
-        chunks.push(chunk);
-        chunk = '';
-      }
-      chunk += frame;
-    }
-    if (chunk !== '') chunks.push(chunk);
+    const { chunks, count } = chunkFrames(
+      events,
+      (e) => (this.accepts(e) ? this.frame(e) : undefined),
+      chunkBytes,
+    );
     return { chunks, count, position, more: events.length === limit };
   }
 }
