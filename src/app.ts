@@ -13,10 +13,12 @@ import type { Database } from './db/database.ts';
 import { installErrorHandlers } from './http/errors.ts';
 import type { Feed } from './feed/feed.ts';
 import { installFiniteNumbers, installJsonParser } from './http/input.ts';
-import { discoveryRoutes } from './mercure/discovery.ts';
 import { strictBodyValidator } from './http/validation.ts';
 import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
+import { MercureAuthorizer } from './mercure/authorize.ts';
+import { discoveryRoutes } from './mercure/discovery.ts';
+import { mercureRoutes } from './mercure/routes.ts';
 import { liveRoutes } from './ops/live.ts';
 import { metricsRoutes } from './ops/metrics.ts';
 import type { Sampler } from './ops/sampler.ts';
@@ -80,6 +82,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   streamListRoutes(app, deps);
   queueRoutes(app, deps);
   txRoutes(app, deps);
-  discoveryRoutes(app, deps.config, { subscriptions: false });
+  await mercureHub(app, deps);
   return app;
+}
+
+/** The Mercure hub: its authorizer (MERCURE_ISSUERS), the hub routes and the discovery metadata. */
+async function mercureHub(app: FastifyInstance, deps: AppDeps): Promise<void> {
+  const authorizer = new MercureAuthorizer(deps.config, app.log);
+  await mercureRoutes(app, { ...deps, authorizer });
+  discoveryRoutes(app, deps.config, { subscriptions: false });
 }

@@ -32,7 +32,7 @@ export interface AppendResult {
   duplicate: boolean;
 }
 
-interface Row {
+export interface Row {
   txid: string;
   id: string;
   stream: string;
@@ -42,7 +42,7 @@ interface Row {
   ms: number;
 }
 
-function toEvent(r: Row): FeedEvent {
+export function toEvent(r: Row): FeedEvent {
   const txid = Number(r.txid);
   const id = Number(r.id);
   return {
@@ -121,7 +121,7 @@ export interface TailPage {
  * commit in between.
  */
 /** A feed row `f` as the tail and catch-up reads return it (see Row). */
-const EVENT_COLUMNS =
+export const EVENT_COLUMNS =
   'f.txid, f.id, f.stream, f.type, f.key, f.data, extract(epoch from f.created_at)::float8 * 1000 as ms';
 
 export const TAIL_SQL = prepared(`
