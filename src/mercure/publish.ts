@@ -36,6 +36,71 @@ export const LIMITS = {
   retryDigits: 10,
 };
 
+/** The hub URL topics resolve against: MERCURE_RESOURCE, else this server's own address (as the
+ * authorizer computes it). Only its path matters to the reserved-namespace rule. */
+export function hubUrlFor(config: { mercureResource?: string; host: string; port: number }): string {
+  return config.mercureResource ?? `http://${config.host}:${config.port}${HUB_PATH}`;
+}
+
+/** An update as the library and `/v1/tx` take it (JSON): `topic` is one topic or several. */
+export interface UpdateInput {
+  topic: string | string[];
+  data?: string | null;
+  private?: boolean;
+  id?: string | null;
+  type?: string | null;
+  retry?: number | null;
+}
+
+/** Checks an UpdateInput's shape (400 naming `where`) and rules; returns the update. */
+export function updateFromInput(
+  input: unknown,
+  hubUrl: string,
+  maxDataBytes: number,
+  where: string,
+): MercureUpdate {
+  const fail = (msg: string) => new ApiError(400, 'invalid_request', `${where}${msg}`);
+  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
+    throw fail(' must be an object with "topic"');
+  }
+  const o = input as Record<string, unknown>;
+  for (const k of Object.keys(o)) {
+    if (!['topic', 'data', 'private', 'id', 'type', 'retry'].includes(k)) {
+      throw fail(` must NOT have additional property '${k}'`);
+    }
+  }
+  const topics = typeof o.topic === 'string' ? [o.topic] : o.topic;
+  if (!Array.isArray(topics) || !topics.every((t) => typeof t === 'string')) {
+    throw fail('.topic must be a string or an array of strings');
+  }
+  const str = (k: string) => {
+    const v = o[k];
+    if (v !== undefined && v !== null && typeof v !== 'string') throw fail(`.${k} must be a string`);
+    return (v as string | null | undefined) ?? null;
+  };
+  if (o.private !== undefined && typeof o.private !== 'boolean') throw fail('.private must be a boolean');
+  if (o.retry !== undefined && o.retry !== null && !Number.isSafeInteger(o.retry)) {
+    throw fail('.retry must be an integer (milliseconds)');
+  }
+  const id = str('id');
+  const type = str('type');
+  const update: MercureUpdate = {
+    topics: topics as string[],
+    data: str('data'),
+    private: o.private === true,
+    id: id === '' ? null : id,
+    type: type === '' ? null : type,
+    retry: (o.retry as number | null | undefined) ?? null,
+  };
+  try {
+    validateUpdate(update, hubUrl, maxDataBytes, false);
+  } catch (err) {
+    if (err instanceof ApiError) throw new ApiError(err.statusCode, err.code, `${where}: ${err.message}`);
+    throw err;
+  }
+  return update;
+}
+
 const UNRESERVED_PCT = /%(2[dDeE]|5[fF]|7[eE]|3[0-9]|[46][1-9a-fA-F]|[57][0-9aA])/g;
 
 /** RFC 3986 §5.2.4 remove_dot_segments on an absolute path. */

@@ -12,114 +12,27 @@
  * in flight were answered), subscribers are ended with the feed's (Feed.endSubscribers). A database
  * outage answers 503 before a stream starts, and ends a catch-up with `event: unavailable` after.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { Batcher } from '../commit/batcher.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
-import { ApiError, RETRY_AFTER_S, errorBody, errorSchema } from '../http/errors.ts';
+import { ApiError, RETRY_AFTER_S, errorSchema } from '../http/errors.ts';
+import { MercureAuthorizer, sendMercureError } from './authorize.ts';
 import { openSse } from '../http/sse.ts';
 import { parseForm, rawQuery } from './form.ts';
 import { MERCURE_STREAM } from './frames.ts';
-import { type TopicMatcher, type TopicSelector, compileSelectors } from './match.ts';
 import { HUB_PATH, type MercureUpdate, appendUpdates, updateFromForm } from './publish.ts';
 import { givenId, resolveResume } from './resume.ts';
 import { MercureSelection, compileRequestSelectors, subscribeRequest } from './subscribe.ts';
 import { type ActiveSubscriptions, newSubscriberId } from './subscriptions.ts';
 
-/** A token's grants, as the authorizer gives them (src/mercure/authorize.ts). */
-export interface HubGrants {
-  publish: TopicSelector[];
-  subscribe: { selector: TopicSelector; payload?: unknown }[];
-  /** Seconds since the epoch; Infinity when nothing expires. */
-  exp: number;
-  iss: string;
-}
-export type HubAuthFailure = {
-  ok: false;
-  status: 400 | 401 | 403;
-  wwwAuthenticate: string;
-  code: string;
-  message: string;
-};
-export type HubAuth = { ok: true; grants: HubGrants | null } | HubAuthFailure;
-
-/** What the routes need from the authorizer (MercureAuthorizer in authorize.ts fits it). */
-export interface HubAuthorizer {
-  /** The hub's URL: the base of relative topics and patterns. */
-  readonly hub: string;
-  authenticate(request: FastifyRequest, action: 'publish' | 'subscribe'): Promise<HubAuth>;
-  forbidden(): HubAuth;
-}
-
-const EVERYTHING: TopicSelector = { match: '*', matchType: 'exact' };
-
-/** The closed-network hub (no Mercure issuers, access control off): every grant, no expiry. */
-export class OpenHubAuthorizer implements HubAuthorizer {
-  constructor(readonly hub: string) {}
-  async authenticate(): Promise<HubAuth> {
-    return {
-      ok: true,
-      grants: { publish: [EVERYTHING], subscribe: [{ selector: EVERYTHING }], exp: Infinity, iss: '' },
-    };
-  }
-  forbidden(): HubAuth {
-    return {
-      ok: false,
-      status: 403,
-      wwwAuthenticate: 'Bearer error="insufficient_scope"',
-      code: 'insufficient_scope',
-      message: 'the token does not grant this',
-    };
-  }
-}
-
-/** The hub URL when none is configured: this server's own address. */
-export function defaultHubUrl(config: Config): string {
-  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
-  return `http://${host}:${config.port}${HUB_PATH}`;
-}
-
-function sendFailure(reply: FastifyReply, f: HubAuthFailure): FastifyReply {
-  return reply
-    .code(f.status)
-    .header('www-authenticate', f.wwwAuthenticate)
-    .send(errorBody(f.status, f.code, f.message));
-}
-
-// Compiled once per grants object (the authorizer caches grants per token).
-const publishMatchers = new WeakMap<HubGrants, TopicMatcher>();
-const subscribeMatchers = new WeakMap<HubGrants, TopicMatcher>();
-
-function publishMatcher(g: HubGrants, hub: string): TopicMatcher {
-  let m = publishMatchers.get(g);
-  if (m === undefined) {
-    m = g.publish.length === 0 ? () => false : compileSelectors(g.publish, hub);
-    publishMatchers.set(g, m);
-  }
-  return m;
-}
-
-function subscribeMatcher(g: HubGrants, hub: string): TopicMatcher {
-  let m = subscribeMatchers.get(g);
-  if (m === undefined) {
-    m =
-      g.subscribe.length === 0
-        ? () => false
-        : compileSelectors(
-            g.subscribe.map((s) => s.selector),
-            hub,
-          );
-    subscribeMatchers.set(g, m);
-  }
-  return m;
-}
-
 export interface MercureDeps {
   config: Config;
   db: Db;
   feed: Feed;
-  authorizer?: HubAuthorizer;
+  /** Default: one built from the configuration (MERCURE_ISSUERS, MERCURE_RESOURCE, ...). */
+  authorizer?: MercureAuthorizer;
   /** Active subscriptions (subscriptions.ts), told of every connection's start and end. */
   subscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
 }
@@ -128,7 +41,7 @@ const MAX_TIMER_MS = 2_147_483_647;
 
 export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Promise<void> {
   const { config, db, feed } = deps;
-  const authorizer = deps.authorizer ?? new OpenHubAuthorizer(defaultHubUrl(config));
+  const authorizer = deps.authorizer ?? new MercureAuthorizer(config, app.log);
   const hub = authorizer.hub;
   const batcher = new Batcher<MercureUpdate, string>(db, {
     maxEvents: config.batchMaxEvents,
@@ -178,11 +91,12 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
         }
         const update = updateFromForm(parseForm(request.body, 'body'), hub, config.maxEventBytes);
         const auth = await authorizer.authenticate(request, 'publish');
-        if (!auth.ok) return sendFailure(reply, auth);
+        if (!auth.ok) return sendMercureError(reply, auth);
         // A publish grant on EVERY topic of the update (draft §Publishers), else nothing is stored.
         const grants = auth.grants;
-        if (grants === null || !update.topics.every(publishMatcher(grants, hub))) {
-          return sendFailure(reply, authorizer.forbidden() as HubAuthFailure);
+        if (grants === null || !authorizer.canPublish(grants, update.topics)) {
+          const no = authorizer.forbidden('the token does not grant publishing on every topic of the update');
+          if (!no.ok) return sendMercureError(reply, no);
         }
         const [id] = await batcher.publish([update]);
         return reply.type('text/plain; charset=utf-8').send(id);
@@ -224,7 +138,7 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
         const req = subscribeRequest(parseForm(rawQuery(request.raw.url ?? ''), 'query'));
         const matcher = compileRequestSelectors(req.selectors, hub);
         const auth = await authorizer.authenticate(request, 'subscribe');
-        if (!auth.ok) return sendFailure(reply, auth);
+        if (!auth.ok) return sendMercureError(reply, auth);
         const grants = auth.grants;
         const resume = await resolveResume(
           db,
@@ -246,7 +160,7 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
           tailer: feed.tailer,
           selectors: req.selectors,
           matcher,
-          grants: grants === null ? null : subscribeMatcher(grants, hub),
+          canRead: (topics) => authorizer.canRead(grants, topics),
           endOnReset: resume.found,
           retryMs: config.sseRetryMs,
         });

@@ -92,8 +92,9 @@ export interface MercureSelectionOptions {
   tailer: Tailer;
   selectors: readonly TopicSelector[];
   matcher: TopicMatcher;
-  /** Compiled subscribe grants: null for an anonymous subscriber (public updates only). */
-  grants: TopicMatcher | null;
+  /** May the token read a private update with these topics (its subscribe grants match any)?
+   * Always false for an anonymous subscriber (public updates only). */
+  canRead(topics: readonly string[]): boolean;
   /** The connection resumed from an id it had: a trim during catch-up ends the stream, so the
    * reconnect hears `Mercure-Last-Event-ID: earliest` (see resume.ts). */
   endOnReset: boolean;
@@ -117,9 +118,7 @@ export class MercureSelection implements Selection {
     if (e.stream !== MERCURE_STREAM) return false;
     const u = updateOf(e);
     if (!u.topics.some(this.opts.matcher)) return false;
-    if (!u.private) return true;
-    const grants = this.opts.grants;
-    return grants !== null && u.topics.some(grants);
+    return !u.private || this.opts.canRead(u.topics);
   }
 
   frame(e: FeedEvent): string {
