@@ -88,6 +88,10 @@ export interface Config {
   mercureCookie: string;
   /** Origins allowed to publish with the cookie (CSRF); empty: cookie publishes are refused. */
   mercurePublishOrigins: string[];
+  /** Active subscriptions: events on the hub's reserved topics and the subscriptions API. */
+  mercureSubscriptions: boolean;
+  /** How long an instance's subscriptions outlive it when it dies without closing them, in ms. */
+  mercureInstanceLeaseMs: number;
 }
 
 /** One trusted issuer of Mercure tokens and one source of its keys (MERCURE_ISSUERS). */
@@ -531,6 +535,18 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     doc: 'Origins (scheme://host[:port]) whose pages may publish with the cookie, checked against Origin, else Referer (CSRF). Unset: publishing with the cookie is refused; the Authorization header is unaffected.',
     parse: (raw) => parseOrigins('MERCURE_PUBLISH_ORIGINS', raw ?? ''),
   },
+  mercureSubscriptions: bool(
+    'MERCURE_SUBSCRIPTIONS',
+    false,
+    "Active subscriptions: each subscription's start and end published as a private update on <hub>/subscriptions/{match_type}/{match}/{subscriber}, and the subscriptions API.",
+  ),
+  mercureInstanceLeaseMs: duration(
+    'MERCURE_INSTANCE_LEASE',
+    '30s',
+    1000,
+    'An instance renews its lease every third of this; when it dies, another instance publishes `active: false` for its subscriptions once the lease has run out.',
+    { max: MAX_TIMER_MS },
+  ),
 };
 
 /** Variables read by a setting besides its own name (documented beside it). */

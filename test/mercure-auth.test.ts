@@ -11,6 +11,7 @@ import { SignJWT, exportJWK, generateKeyPair } from 'jose';
 import t, { type Test } from 'tap';
 import { mintToken } from '../src/auth/tokens.ts';
 import { type Config, loadConfig } from '../src/config.ts';
+import { startTestServer, testDatabase } from './helpers.ts';
 import {
   type MercureAuthorizer as Authorizer,
   MercureAuthorizer,
@@ -489,4 +490,36 @@ t.test('start-up refuses unsafe or incomplete settings', async (t) => {
   const r = await ask(open, 'publish', {});
   t.equal(r.status, 200);
   t.equal((r.body.grants as { publish: unknown[] }).publish.length, 1);
+});
+
+t.test('hub tokens are not native tokens', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t), {
+    ...mercureConfigEnv(),
+    jwtSecret: MERCURE_SECRET, // even signed with the native key
+  });
+  const hubToken = await mercureToken({
+    subscribe: ['*'],
+    publish: ['*'],
+    claims: { commitfeed: { subscribe: ['*'], publish: ['*'] } },
+  });
+  for (const typ of ['at+jwt', 'application/AT+JWT']) {
+    const tok = await mercureToken({ typ, claims: { commitfeed: { publish: ['*'] } } });
+    const res = await fetch(`${server.url}/v1/streams/orders/events`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${tok}`, 'content-type': 'application/json' },
+      body: '{"data":1}',
+    });
+    t.equal(res.status, 401, `typ ${typ} refused on a native route`);
+  }
+  const res = await fetch(`${server.url}/v1/streams/orders/events?from=earliest`, {
+    headers: { authorization: `Bearer ${hubToken}`, accept: 'application/json' },
+  });
+  t.equal(res.status, 401);
+  const native = await mintToken({ secret: MERCURE_SECRET, scopes: { publish: ['*'] }, ttl: '1h' });
+  const ok = await fetch(`${server.url}/v1/streams/orders/events`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${native}`, 'content-type': 'application/json' },
+    body: '{"data":1}',
+  });
+  t.equal(ok.status, 201, 'native tokens still work on native routes');
 });

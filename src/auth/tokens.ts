@@ -264,6 +264,16 @@ export function loadKeySet(src: KeySource): KeySet {
   };
 }
 
+/** Is the token typed `at+jwt` (RFC 9068; `application/` prefix optional, any case)? */
+function isAccessTokenJwt(token: string): boolean {
+  try {
+    const typ = decodeProtectedHeader(token).typ;
+    return typeof typ === 'string' && typ.toLowerCase().replace(/^application\//, '') === 'at+jwt';
+  } catch {
+    return false;
+  }
+}
+
 export interface Verifier {
   /** Verifies a compact JWT and returns its principal; throws TokenError with a reason. */
   verify(token: string): Promise<Principal>;
@@ -284,6 +294,10 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
   return {
     algorithms: set.algorithms,
     async verify(token) {
+      if (isAccessTokenJwt(token)) {
+        // The Mercure hub's tokens (RFC 9068) are not the API's, whatever key signed them.
+        throw new TokenError('an at+jwt access token (for the Mercure hub) is not accepted here');
+      }
       const payload = await set.verify(token, checks);
       return principalFromClaims(payload, tokenIdentity(token, payload));
     },

@@ -91,10 +91,20 @@ export function mercureLink(
   hubUrl: string,
   attrs: { lastEventId?: string; type?: string; contentType?: string } = {},
 ): string {
-  if (/[<>\s]/.test(hubUrl))
-    throw new TypeError('mercureLink: the hub URL must be a URL without <, > or spaces');
-  if (attrs.type === 'mercure')
+  if (attrs.type === 'mercure') {
     throw new TypeError('mercureLink: the `mercure` type is reserved for the hub');
+  }
+  return hubLink(hubUrl, attrs);
+}
+
+/** mercureLink without the reserved-type rule: the hub advertises `mercure` on its own API. */
+export function hubLink(
+  hubUrl: string,
+  attrs: { lastEventId?: string; type?: string; contentType?: string },
+): string {
+  if (/[<>\s]/.test(hubUrl)) {
+    throw new TypeError('mercureLink: the hub URL must be a URL without <, > or spaces');
+  }
   let link = `<${hubUrl}>; rel="mercure"`;
   if (attrs.lastEventId !== undefined) link += `; last-event-id=${quoted(attrs.lastEventId)}`;
   if (attrs.type !== undefined) link += `; type=${quoted(attrs.type)}`;

@@ -25,6 +25,7 @@ import { MERCURE_STREAM } from './frames.ts';
 import { HUB_PATH, type MercureUpdate, appendUpdates, updateFromForm } from './publish.ts';
 import { givenId, resolveResume } from './resume.ts';
 import { MercureSelection, compileRequestSelectors, subscribeRequest } from './subscribe.ts';
+import { type ActiveSubscriptions, newSubscriberId } from './subscriptions.ts';
 
 export interface MercureDeps {
   config: Config;
@@ -32,6 +33,8 @@ export interface MercureDeps {
   feed: Feed;
   /** Default: one built from the configuration (MERCURE_ISSUERS, MERCURE_RESOURCE, ...). */
   authorizer?: MercureAuthorizer;
+  /** Active subscriptions (subscriptions.ts), told of every connection's start and end. */
+  subscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
 }
 
 const MAX_TIMER_MS = 2_147_483_647;
@@ -164,10 +167,14 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
         // The priming frame is an id alone: browsers take it as lastEventId without firing an event.
         const sink = openSse(reply, resume.primedId, config.sseRetryMs, `id: ${resume.primedId}\n\n`);
         const sub = feed.hub.subscribe([MERCURE_STREAM], resume.cursor, sink, selection);
+        const active = deps.subscriptions;
+        const conn = active && { subscriber: newSubscriberId(), selectors: req.selectors, grants };
+        if (active && conn) void active.opened(conn);
         let expiry: NodeJS.Timeout | undefined;
         reply.raw.on('close', () => {
           clearTimeout(expiry);
           feed.hub.unsubscribe(sub);
+          if (active && conn) void active.closed(conn);
         });
         // The stream ends when the token expires (draft §Authorization); the client reconnects with a fresh one.
         if (grants !== null && Number.isFinite(grants.exp)) {
