@@ -106,3 +106,18 @@ t.test(
     t.equal(rows[0].n, '1', 'the refused transaction wrote nothing');
   },
 );
+
+t.test('exact-topic catch-up reads the topic index, not the whole updates stream', async (t) => {
+  const db = sqlClient(t, await testDatabase(t));
+  await sql`select commitfeed.mercure_publish('urn:e:' || g::text, 'x') from generate_series(1, 2000) g`.execute(
+    db,
+  );
+  await sql`analyze commitfeed.mercure_topics`.execute(db);
+  const { rows } = await sql<{ 'QUERY PLAN': string }>`
+    explain select t.txid, t.id from unnest(array['urn:e:7']) q(topic), lateral (
+      select t.txid, t.id from commitfeed.mercure_topics t
+      where t.topic = q.topic and (t.txid, t.id) > ('0'::xid8, 0::int8)
+      order by t.txid, t.id limit 100) t`.execute(db);
+  const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+  t.match(plan, /mercure_topics_topic_idx/, plan);
+});
