@@ -17,6 +17,11 @@ import { installFiniteNumbers, installJsonParser } from './http/input.ts';
 import { strictBodyValidator } from './http/validation.ts';
 import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
+import { MercureAuthorizer } from './mercure/authorize.ts';
+import { discoveryRoutes } from './mercure/discovery.ts';
+import { lastUpdateId } from './mercure/queries.ts';
+import { mercureRoutes } from './mercure/routes.ts';
+import { ActiveSubscriptions, subscriptionRoutes } from './mercure/subscriptions.ts';
 import { liveRoutes } from './ops/live.ts';
 import { metricsRoutes } from './ops/metrics.ts';
 import type { Sampler } from './ops/sampler.ts';
@@ -97,5 +102,38 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     flowRoutes(app, { ...deps, follower: deps.follower, scheduler: deps.scheduler });
   }
   txRoutes(app, deps);
+  await mercureHub(app, deps);
   return app;
+}
+
+/**
+ * The Mercure hub: its authorizer (MERCURE_ISSUERS), the hub routes, the discovery metadata and, with
+ * MERCURE_SUBSCRIPTIONS, active subscriptions (their lease starts with the app and ends with it).
+ */
+async function mercureHub(app: FastifyInstance, deps: AppDeps): Promise<void> {
+  const authorizer = new MercureAuthorizer(deps.config, app.log);
+  let subscriptions: ActiveSubscriptions | undefined;
+  if (deps.config.mercureSubscriptions) {
+    const active = new ActiveSubscriptions(
+      deps.db,
+      authorizer,
+      new URL(authorizer.hub).pathname,
+      deps.config.mercureInstanceLeaseMs,
+      app.log,
+    );
+    await active.start();
+    app.addHook('onClose', () =>
+      active
+        .stop()
+        .catch((err) => app.log.warn({ err }, 'Mercure: could not end this instance’s subscriptions')),
+    );
+    subscriptionRoutes(app, {
+      subscriptions: active,
+      authorizer,
+      lastEventId: async () => (await lastUpdateId(deps.db, deps.feed.tailer.position)) ?? 'earliest',
+    });
+    subscriptions = active;
+  }
+  await mercureRoutes(app, { ...deps, authorizer, subscriptions });
+  discoveryRoutes(app, deps.config, { subscriptions: subscriptions !== undefined });
 }

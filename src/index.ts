@@ -17,12 +17,15 @@ import { type AppendResult, type EventInput, appendEvents } from './feed/queries
 import { toEventInput } from './feed/validate.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from './queues/enqueue.ts';
 import { type JobBody, toJobInput } from './queues/validate.ts';
+import { HUB_PATH, type UpdateInput, appendUpdates, updateFromInput } from './mercure/publish.ts';
 
 export { ApiError } from './http/errors.ts';
 export { migrate } from './db/migrate.ts';
+export { mercureLink } from './mercure/discovery.ts';
 export type { AppendResult } from './feed/queries.ts';
 export type { EnqueueResult } from './queues/enqueue.ts';
 export type { Backoff } from './queues/validate.ts';
+export type { UpdateInput as MercureUpdateInput } from './mercure/publish.ts';
 
 /** What the library writes with: Kysely (an instance or a transaction), a node-postgres client or pool. */
 export type Executor =
@@ -84,6 +87,30 @@ export async function publishMany(trx: Executor, events: readonly PublishInput[]
     toEventInput(stream, body, Number.POSITIVE_INFINITY, events.length === 1 ? 'event' : `events[${i}]`),
   );
   return inputs.length === 0 ? [] : withDb(trx, (db) => appendEvents(db, inputs));
+}
+
+/**
+ * Publishes a Mercure update to the hub at /.well-known/mercure in `trx`'s transaction and returns
+ * its id (the given one, or a generated `urn:uuid:`); subscribers receive it at your COMMIT, never
+ * for a rollback. Checked with the hub's rules (an invalid update throws an ApiError with its code).
+ * `hubUrl`: the hub's URL, for relative topics (default: a path-only stand-in, which is all the
+ * reserved-namespace rule needs).
+ *
+ * @example
+ *   import { mercurePublish } from 'commitfeed';
+ *   await db.transaction().execute(async (trx) => {
+ *     await trx.updateTable('books').set({ title }).where('id', '=', 1).execute();
+ *     await mercurePublish(trx, { topic: 'https://example.com/books/1', data: JSON.stringify({ title }) });
+ *   });
+ */
+export async function mercurePublish(
+  trx: Executor,
+  update: UpdateInput,
+  hubUrl = `http://localhost${HUB_PATH}`,
+): Promise<string> {
+  const u = updateFromInput(update, hubUrl, Number.POSITIVE_INFINITY, 'update');
+  const [id] = await withDb(trx, (db) => appendUpdates(db, [u]));
+  return id;
 }
 
 export type EnqueueOptions = Omit<JobBody, 'payload'>;

@@ -5,6 +5,7 @@ import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { publish, startTestServer, testDatabase } from './helpers.ts';
+import { mercureConfigEnv } from './mercure-helpers.ts';
 
 interface Operation {
   summary?: string;
@@ -160,7 +161,11 @@ const slug = (heading: string) =>
     .replace(/\s/g, '-');
 
 t.test('every route of the API spec is documented in docs/, and every documented route exists', async (t) => {
-  const server = await startTestServer(t, await testDatabase(t));
+  // With every optional part on (the Mercure hub's metadata and subscriptions API).
+  const server = await startTestServer(t, await testDatabase(t), {
+    ...mercureConfigEnv(),
+    mercureSubscriptions: true,
+  });
   const spec = (await (await fetch(`${server.url}/openapi.json`)).json()) as {
     paths: Record<string, object>;
   };

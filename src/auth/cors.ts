@@ -38,7 +38,8 @@ export async function registerCors(app: FastifyInstance, origins: string[]): Pro
     credentials: !any,
     methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
     allowedHeaders: ['Authorization', 'Content-Type', 'Last-Event-ID', 'Accept', 'Cache-Control'],
-    exposedHeaders: ['Retry-After', 'WWW-Authenticate'],
+    // Link and Mercure-Last-Event-ID: the Mercure hub's discovery and reconnection headers.
+    exposedHeaders: ['Retry-After', 'WWW-Authenticate', 'Link', 'Mercure-Last-Event-ID'],
     maxAge: 600,
     strictPreflight: false,
   });

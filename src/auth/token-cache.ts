@@ -1,5 +1,5 @@
 /**
- * Verified tokens, kept so a busy client does not pay a signature check per request. A token is
+ * Verified tokens (native principals, or the Mercure hub's grants), kept so a busy client does not pay a signature check per request. A token is
  * found by its exact text (the hot path: a map lookup), else by tokenCacheKey (the signed content
  * and the signature's bytes, a hash), so the spellings of one token share one verification and
  * cannot be used to force a signature check per request; a new spelling is then remembered too.
@@ -9,16 +9,22 @@
  * entries the cache is emptied (simplest bound: a flood of distinct tokens costs re-verification,
  * never memory).
  */
-import { type Principal, TokenError, type Verifier, tokenCacheKey } from './tokens.ts';
+import { type Principal, TokenError, tokenCacheKey } from './tokens.ts';
 
-export class TokenCache {
-  private readonly map = new Map<string, Principal>();
+/** What a verified token is cached as: the native Principal, or the hub's grants (src/mercure). */
+export interface Expiring {
+  /** When the token stops being accepted, in ms since the epoch; undefined: never by time. */
+  acceptedUntil: number | undefined;
+}
+
+export class TokenCache<T extends Expiring = Principal> {
+  private readonly map = new Map<string, T>();
   constructor(
-    private readonly verifier: Verifier,
+    private readonly verifier: { verify(token: string): Promise<T> },
     private readonly max = 10000,
   ) {}
 
-  async get(token: string): Promise<Principal> {
+  async get(token: string): Promise<T> {
     const exact = this.map.get(token);
     if (exact !== undefined) return this.fresh(exact, token);
     const key = tokenCacheKey(token);
@@ -35,7 +41,7 @@ export class TokenCache {
   }
 
   /** The principal while its token is accepted; else forgets every entry of the token and throws. */
-  private fresh(p: Principal, token: string): Principal {
+  private fresh(p: T, token: string): T {
     if (p.acceptedUntil === undefined || p.acceptedUntil > Date.now()) return p;
     this.map.delete(token);
     const key = tokenCacheKey(token);
@@ -43,7 +49,7 @@ export class TokenCache {
     throw new TokenError('the token has expired');
   }
 
-  private remember(key: string, p: Principal): void {
+  private remember(key: string, p: T): void {
     if (this.map.size >= this.max) this.map.clear();
     this.map.set(key, p);
   }

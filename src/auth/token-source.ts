@@ -17,7 +17,7 @@ import { unauthorized } from './policy.ts';
 export const TOKEN_COOKIE = 'commitfeed_token';
 export const TOKEN_QUERY = 'access_token';
 /** Longer bearer strings are refused unread. */
-const MAX_TOKEN_CHARS = 8192;
+export const MAX_TOKEN_CHARS = 8192;
 
 /** OpenAPI security schemes: the three ways to send a token (for the docs module). */
 export const securitySchemes = {
@@ -84,7 +84,7 @@ export function takeToken(request: FastifyRequest): string | undefined {
     delete query[TOKEN_QUERY];
     if (request.raw.url !== undefined) request.raw.url = redactUrl(request.raw.url);
   }
-  if (found === undefined && request.headers.cookie) found = cookie(request.headers.cookie, TOKEN_COOKIE);
+  if (found === undefined && request.headers.cookie) found = readCookie(request.headers.cookie, TOKEN_COOKIE);
   if (found === undefined) return undefined;
   if (typeof found !== 'string' || found === '' || found.length > MAX_TOKEN_CHARS) {
     throw unauthorized(`the token must be one compact JWT of at most ${MAX_TOKEN_CHARS} characters`, true);
@@ -92,7 +92,8 @@ export function takeToken(request: FastifyRequest): string | undefined {
   return found;
 }
 
-function cookie(header: string, name: string): string | undefined {
+/** The value of cookie `name` in a Cookie header (first one wins), percent-decoded. */
+export function readCookie(header: string, name: string): string | undefined {
   for (const part of header.split(';')) {
     const eq = part.indexOf('=');
     if (eq > 0 && part.slice(0, eq).trim() === name) {

@@ -24,11 +24,11 @@ import {
   type JSONWebKeySet,
   type JWTPayload,
   type JWTVerifyGetKey,
+  type JWTVerifyOptions,
   SignJWT,
   createLocalJWKSet,
   decodeProtectedHeader,
   errors,
-  importSPKI,
   jwtVerify,
 } from 'jose';
 
@@ -125,10 +125,24 @@ export function hasKeys(k: KeyConfig): boolean {
   return Boolean(k.jwtSecret || k.jwtPublicKey || k.jwksFile);
 }
 
+/** Where one set of trusted keys comes from (any of the three), and the names errors call them by. */
+export interface KeySource {
+  /** HS256 secret, at least 32 bytes. */
+  secret?: string;
+  /** PEM (SPKI) public key text. */
+  publicKey?: string;
+  /** Path of a JSON Web Key Set with public keys. */
+  jwksFile?: string;
+  /** How start-up errors name each source (a setting, or a setting and an entry of it). */
+  names?: { secret: string; publicKey: string; jwksFile: string };
+}
+
+const NATIVE_NAMES = { secret: 'JWT_SECRET', publicKey: 'JWT_PUBLIC_KEY', jwksFile: 'JWKS_FILE' };
+
 type KeyFor = { algs: readonly string[]; key: Parameters<typeof jwtVerify>[1] };
 
 /** The algorithm an asymmetric public key is pinned to. */
-function algForPem(pem: string): string {
+function algForPem(pem: string, name: string): string {
   const key = createPublicKey(pem);
   switch (key.asymmetricKeyType) {
     case 'rsa':
@@ -137,21 +151,21 @@ function algForPem(pem: string): string {
       const curve = key.asymmetricKeyDetails?.namedCurve;
       if (curve === 'prime256v1') return 'ES256';
       if (curve === 'secp384r1') return 'ES384';
-      throw new Error(`JWT_PUBLIC_KEY: unsupported EC curve ${curve} (use P-256 or P-384)`);
+      throw new Error(`${name}: unsupported EC curve ${curve} (use P-256 or P-384)`);
     }
     case 'ed25519':
       return 'EdDSA';
     default:
       throw new Error(
-        `JWT_PUBLIC_KEY: unsupported key type ${key.asymmetricKeyType} (use RSA, EC P-256/P-384 or Ed25519)`,
+        `${name}: unsupported key type ${key.asymmetricKeyType} (use RSA, EC P-256/P-384 or Ed25519)`,
       );
   }
 }
 
 /** The algorithm each JWK of a set is pinned to: its own `alg`, else the one its type implies. */
-function algForJwk(jwk: Record<string, unknown>, file: string): string {
+function algForJwk(jwk: Record<string, unknown>, where: string): string {
   if (jwk.kty === 'oct' || 'd' in jwk) {
-    throw new Error(`JWKS_FILE ${file}: only public keys belong here (use JWT_SECRET for HS256)`);
+    throw new Error(`${where}: only public keys belong here (use a secret for HS256)`);
   }
   const implied =
     jwk.kty === 'RSA'
@@ -163,60 +177,60 @@ function algForJwk(jwk: Record<string, unknown>, file: string): string {
           : jwk.kty === 'OKP' && jwk.crv === 'Ed25519'
             ? 'EdDSA'
             : undefined;
-  if (!implied) throw new Error(`JWKS_FILE ${file}: unsupported key ${JSON.stringify(jwk.kty)}/${jwk.crv}`);
+  if (!implied) throw new Error(`${where}: unsupported key ${JSON.stringify(jwk.kty)}/${jwk.crv}`);
   if (
     jwk.alg !== undefined &&
     jwk.alg !== implied &&
     !(implied === 'RS256' && /^(RS|PS)(256|384|512)$/.test(String(jwk.alg)))
   ) {
-    throw new Error(`JWKS_FILE ${file}: key alg ${jwk.alg} does not fit its type ${jwk.kty}`);
+    throw new Error(`${where}: key alg ${jwk.alg} does not fit its type ${jwk.kty}`);
   }
   return typeof jwk.alg === 'string' ? jwk.alg : implied;
 }
 
-export interface Verifier {
-  /** Verifies a compact JWT and returns its principal; throws TokenError with a reason. */
-  verify(token: string): Promise<Principal>;
-  /** Every algorithm some configured key accepts (for the start-up log). */
+/** Claim checks besides the signature (jose's own options; `algorithms` is always set here). */
+export type VerifyChecks = Omit<JWTVerifyOptions, 'algorithms'>;
+
+/**
+ * Trusted keys, each pinned to its algorithms. Only keys from configuration are ever used (a token's
+ * `jwk`, `jku` or `x5u` header is never read), and the token's `alg` only chooses among them.
+ */
+export interface KeySet {
+  /** Every algorithm some key of the set accepts. */
   algorithms: readonly string[];
+  /** The verified payload; throws TokenError with a reason. */
+  verify(token: string, checks: VerifyChecks): Promise<JWTPayload>;
 }
 
-/** Builds the verifier from configuration; throws with a readable message on a bad key. */
-export async function createVerifier(k: KeyConfig): Promise<Verifier> {
+/** Loads a key set from configuration; throws with a readable message on a bad key. */
+export function loadKeySet(src: KeySource): KeySet {
+  const names = src.names ?? NATIVE_NAMES;
   const keys: KeyFor[] = [];
-  if (k.jwtSecret) {
-    if (Buffer.byteLength(k.jwtSecret) < 32) {
-      throw new Error('JWT_SECRET must be at least 32 bytes (e.g. `openssl rand -base64 32`)');
+  if (src.secret) {
+    if (Buffer.byteLength(src.secret) < 32) {
+      throw new Error(`${names.secret} must be at least 32 bytes (e.g. \`openssl rand -base64 32\`)`);
     }
-    keys.push({ algs: ['HS256'], key: new TextEncoder().encode(k.jwtSecret) });
+    keys.push({ algs: ['HS256'], key: new TextEncoder().encode(src.secret) });
   }
-  if (k.jwtPublicKey) {
-    const alg = algForPem(k.jwtPublicKey);
-    keys.push({ algs: [alg], key: await importSPKI(k.jwtPublicKey, alg) });
+  if (src.publicKey) {
+    const alg = algForPem(src.publicKey, names.publicKey);
+    keys.push({ algs: [alg], key: createPublicKey(src.publicKey) });
   }
   let jwks: { algs: string[]; get: JWTVerifyGetKey } | undefined;
-  if (k.jwksFile) {
-    const set = JSON.parse(readFileSync(k.jwksFile, 'utf8')) as JSONWebKeySet;
+  if (src.jwksFile) {
+    const where = `${names.jwksFile} ${src.jwksFile}`;
+    const set = JSON.parse(readFileSync(src.jwksFile, 'utf8')) as JSONWebKeySet;
     if (!Array.isArray(set.keys) || set.keys.length === 0) {
-      throw new Error(`JWKS_FILE ${k.jwksFile}: expected {"keys":[...]} with at least one key`);
+      throw new Error(`${where}: expected {"keys":[...]} with at least one key`);
     }
-    const algs = [
-      ...new Set(set.keys.map((j) => algForJwk(j as unknown as Record<string, unknown>, k.jwksFile!))),
-    ];
+    const algs = [...new Set(set.keys.map((j) => algForJwk(j as unknown as Record<string, unknown>, where)))];
     jwks = { algs, get: createLocalJWKSet(set) };
   }
   const algorithms = [...new Set([...keys.flatMap((x) => x.algs), ...(jwks?.algs ?? [])])];
-  const options = {
-    issuer: k.jwtIssuer || undefined,
-    audience: k.jwtAudience || undefined,
-    // jose refuses once floor(now / 1000) - tolerance >= exp, i.e. from (exp + tolerance) * 1000 ms:
-    // acceptedUntil is that instant.
-    clockTolerance: CLOCK_TOLERANCE_S,
-  };
 
   return {
     algorithms,
-    async verify(token) {
+    async verify(token, checks) {
       let alg: unknown;
       try {
         alg = decodeProtectedHeader(token).alg;
@@ -233,21 +247,59 @@ export async function createVerifier(k: KeyConfig): Promise<Verifier> {
       try {
         for (const c of candidates) {
           try {
-            const { payload } = await jwtVerify(token, c.key, { ...options, algorithms: c.algs as string[] });
-            return principalFromClaims(payload, tokenIdentity(token, payload));
+            return (await jwtVerify(token, c.key, { ...checks, algorithms: c.algs as string[] })).payload;
           } catch (err) {
             if (!(err instanceof errors.JWSSignatureVerificationFailed)) throw err;
             last = err;
           }
         }
         if (jwks?.algs.includes(alg)) {
-          const { payload } = await jwtVerify(token, jwks.get, { ...options, algorithms: jwks.algs });
-          return principalFromClaims(payload, tokenIdentity(token, payload));
+          return (await jwtVerify(token, jwks.get, { ...checks, algorithms: jwks.algs })).payload;
         }
         throw last;
       } catch (err) {
         throw new TokenError(reason(err));
       }
+    },
+  };
+}
+
+/** Is the token typed `at+jwt` (RFC 9068; `application/` prefix optional, any case)? */
+function isAccessTokenJwt(token: string): boolean {
+  try {
+    const typ = decodeProtectedHeader(token).typ;
+    return typeof typ === 'string' && typ.toLowerCase().replace(/^application\//, '') === 'at+jwt';
+  } catch {
+    return false;
+  }
+}
+
+export interface Verifier {
+  /** Verifies a compact JWT and returns its principal; throws TokenError with a reason. */
+  verify(token: string): Promise<Principal>;
+  /** Every algorithm some configured key accepts (for the start-up log). */
+  algorithms: readonly string[];
+}
+
+/** Builds the native verifier from configuration; throws with a readable message on a bad key. */
+export async function createVerifier(k: KeyConfig): Promise<Verifier> {
+  const set = loadKeySet({ secret: k.jwtSecret, publicKey: k.jwtPublicKey, jwksFile: k.jwksFile });
+  const checks: VerifyChecks = {
+    issuer: k.jwtIssuer || undefined,
+    audience: k.jwtAudience || undefined,
+    // jose refuses once floor(now / 1000) - tolerance >= exp, i.e. from (exp + tolerance) * 1000 ms:
+    // acceptedUntil is that instant.
+    clockTolerance: CLOCK_TOLERANCE_S,
+  };
+  return {
+    algorithms: set.algorithms,
+    async verify(token) {
+      if (isAccessTokenJwt(token)) {
+        // The Mercure hub's tokens (RFC 9068) are not the API's, whatever key signed them.
+        throw new TokenError('an at+jwt access token (for the Mercure hub) is not accepted here');
+      }
+      const payload = await set.verify(token, checks);
+      return principalFromClaims(payload, tokenIdentity(token, payload));
     },
   };
 }

@@ -32,6 +32,10 @@ export const SQL_FUNCTIONS = [
   'enqueue-jobs',
   'enqueue',
   'follow-subscription',
+  'mercure-reserved',
+  'mercure-invalid',
+  'mercure-append',
+  'mercure-publish',
 ] as const;
 const LOCK_KEY = 'commitfeed.migrations';
 

@@ -34,6 +34,49 @@ export interface Sink {
   buffered?(): number;
 }
 
+/** A page of catch-up frames (see Tailer.readFrames). */
+export type FramesRead = Awaited<ReturnType<Tailer['readFrames']>>;
+
+/**
+ * A subscription that chooses its own events (the Mercure hub's topic matchers, native stream
+ * globs): it is offered every event of its streams (of every stream with `allStreams`), keeps those
+ * `accepts` takes, frames them its own way, and catches up with its own reader. The hand-over, the
+ * backpressure and the slow-subscriber rules are the hub's, as for any subscription.
+ */
+export interface Selection {
+  readonly allStreams?: boolean;
+  accepts(e: FeedEvent): boolean;
+  frame(e: FeedEvent): string;
+  readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead>;
+  /** Retention dropped events past the cursor during catch-up: a chunk to write (and whether to end
+   * the stream with it), or undefined to go on from the mark silently (the selection tells its
+   * client in its own way). */
+  onReset(mark: Cursor): { chunk: string; end: boolean } | undefined;
+}
+
+/** The frames of the events `frameOf` takes (undefined: skipped), in chunks of about `chunkBytes`. */
+export function chunkFrames(
+  events: readonly FeedEvent[],
+  frameOf: (e: FeedEvent) => string | undefined,
+  chunkBytes: number,
+): { chunks: string[]; count: number } {
+  const chunks: string[] = [];
+  let chunk = '';
+  let count = 0;
+  for (const e of events) {
+    const frame = frameOf(e);
+    if (frame === undefined) continue;
+    count++;
+    if (chunk.length + frame.length > chunkBytes && chunk !== '') {
+      chunks.push(chunk);
+      chunk = '';
+    }
+    chunk += frame;
+  }
+  if (chunk !== '') chunks.push(chunk);
+  return { chunks, count };
+}
+
 export class Subscription {
   live = false;
   closed = false;
@@ -52,6 +95,7 @@ export class Subscription {
     readonly streams: readonly string[],
     public cursor: Cursor,
     readonly sink: Sink,
+    readonly selection?: Selection,
   ) {
     this.streamSet = new Set(streams);
     this.named = namesStreams(streams);
@@ -75,6 +119,8 @@ type Waiter = { streams: readonly string[]; wake: () => void };
 export class Hub {
   private readonly byStream = new Map<string, Set<Subscription>>();
   private readonly all = new Set<Subscription>();
+  /** Selections offered every event, whatever its stream. */
+  private readonly everyStream = new Set<Subscription>();
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly listeners = new Map<string, Set<(e: FeedEvent) => void>>();
   private readonly heartbeat: NodeJS.Timeout;
@@ -101,14 +147,16 @@ export class Hub {
   }
 
   /** Starts delivering events of `streams` after `cursor` to `sink`. */
-  subscribe(streams: readonly string[], cursor: Cursor, sink: Sink): Subscription {
-    const sub = new Subscription(streams, cursor, sink);
+  subscribe(streams: readonly string[], cursor: Cursor, sink: Sink, selection?: Selection): Subscription {
+    const sub = new Subscription(streams, cursor, sink, selection);
     this.all.add(sub);
-    for (const s of streams) {
-      const set = this.byStream.get(s);
-      if (set) set.add(sub);
-      else this.byStream.set(s, new Set([sub]));
-    }
+    if (selection?.allStreams) this.everyStream.add(sub);
+    else
+      for (const s of streams) {
+        const set = this.byStream.get(s);
+        if (set) set.add(sub);
+        else this.byStream.set(s, new Set([sub]));
+      }
     void this.pump(sub);
     return sub;
   }
@@ -118,6 +166,7 @@ export class Hub {
     sub.closed = true;
     sub.live = false;
     this.all.delete(sub);
+    this.everyStream.delete(sub);
     for (const s of sub.streams) {
       const set = this.byStream.get(s);
       set?.delete(sub);
@@ -129,18 +178,22 @@ export class Hub {
   onEvents(events: readonly FeedEvent[]): void {
     const touched: Subscription[] = [];
     let frames = 0;
+    const offer = (sub: Subscription, e: FeedEvent) => {
+      if (!sub.live || compareCursors(e, sub.cursor) <= 0) return;
+      let frame: string;
+      // Each form is built once per event and cached on it, whoever receives it.
+      if (sub.selection === undefined) frame = sub.named ? namedSseFrame(e) : sseFrame(e);
+      else if (sub.selection.accepts(e)) frame = sub.selection.frame(e);
+      else return;
+      if (sub.pending === '') touched.push(sub);
+      sub.pending += frame;
+      sub.cursor = e;
+      frames++;
+    };
     for (const e of events) {
       const subs = this.byStream.get(e.stream);
-      if (subs !== undefined) {
-        for (const sub of subs) {
-          if (!sub.live || compareCursors(e, sub.cursor) <= 0) continue;
-          if (sub.pending === '') touched.push(sub);
-          // Each form is built once per event and cached on it, whoever receives it.
-          sub.pending += sub.named ? namedSseFrame(e) : sseFrame(e);
-          sub.cursor = e;
-          frames++;
-        }
-      }
+      if (subs !== undefined) for (const sub of subs) offer(sub, e);
+      if (this.everyStream.size > 0) for (const sub of this.everyStream) offer(sub, e);
       const ws = this.waiters.get(e.stream);
       if (ws !== undefined) for (const w of ws) this.release(w);
       const ls = this.listeners.get(e.stream);
@@ -240,7 +293,15 @@ export class Hub {
         if (page.reset) {
           // Retention dropped events past this cursor: say so before anything else, then go on
           // from the trim mark (the frame's id moves the client's Last-Event-ID there too).
-          sub.sink.write(resetFrame(page.reset));
+          const said = sub.selection
+            ? sub.selection.onReset(page.reset)
+            : { chunk: resetFrame(page.reset), end: false };
+          if (said?.end) {
+            sub.sink.end(said.chunk);
+            this.unsubscribe(sub);
+            return;
+          }
+          if (said !== undefined) sub.sink.write(said.chunk);
           sub.cursor = page.position;
           continue;
         }
@@ -272,6 +333,7 @@ export class Hub {
   }
 
   private readPage(sub: Subscription, after: Cursor): ReturnType<Tailer['readFrames']> {
+    if (sub.selection !== undefined) return sub.selection.readPage(after, this.opts.pageSize, CHUNK_BYTES);
     return this.tailer.readFrames(sub.streams, sub.streamSet, after, this.opts.pageSize, CHUNK_BYTES);
   }
 

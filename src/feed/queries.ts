@@ -33,7 +33,7 @@ export interface AppendResult {
   duplicate: boolean;
 }
 
-interface Row {
+export interface Row {
   txid: string;
   id: string;
   stream: string;
@@ -43,7 +43,7 @@ interface Row {
   ms: number;
 }
 
-function toEvent(r: Row): FeedEvent {
+export function toEvent(r: Row): FeedEvent {
   const txid = Number(r.txid);
   const id = Number(r.id);
   return {
@@ -143,7 +143,7 @@ export interface TailPage {
  * commit in between.
  */
 /** A feed row `f` as the tail and catch-up reads return it (see Row). */
-const EVENT_COLUMNS =
+export const EVENT_COLUMNS =
   'f.txid, f.id, f.stream, f.type, f.key, f.data, extract(epoch from f.created_at)::float8 * 1000 as ms';
 
 export const TAIL_SQL = prepared(`

@@ -35,7 +35,13 @@ export function primerFrame(primedId: string): string {
 export const PRIMED_EVENT = 'primed';
 
 /** Takes over the response and starts the stream: a `retry:` hint, then the priming frame. */
-export function openSse(reply: FastifyReply, primedId: string, retryMs: number): Sink {
+export function openSse(
+  reply: FastifyReply,
+  primedId: string,
+  retryMs: number,
+  /** The first frame after `retry:` (default: the priming frame of primedId). */
+  first: string = primerFrame(primedId),
+): Sink {
   reply.hijack();
   const res = reply.raw;
   res.writeHead(200, { ...SSE_HEADERS, ...(reply.getHeaders() as Record<string, string>) });
@@ -43,7 +49,7 @@ export function openSse(reply: FastifyReply, primedId: string, retryMs: number):
     res.end();
     return responseSink(res);
   }
-  res.write(`retry: ${retryMs}\n${primerFrame(primedId)}`);
+  res.write(`retry: ${retryMs}\n${first}`);
   return responseSink(res);
 }
 

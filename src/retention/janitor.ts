@@ -35,6 +35,7 @@ import {
 import type { Loss } from './subscription-loss.ts';
 import { trimScheduleTicks } from '../flows/schedules.ts';
 import { trimDeadJobs, trimFinishedJobs } from './dead-jobs.ts';
+import { trimMercureTopics } from './mercure-topics.ts';
 
 /** The retention settings (documented in config.ts); janitorIntervalMs 0: no timer, runOnce only. */
 export interface JanitorOptions
@@ -65,6 +66,8 @@ export interface JanitorRun {
   lost: Loss[];
   /** Completed and cancelled jobs past JOB_RETENTION. */
   finishedJobsTrimmed: number;
+  /** Mercure topic index rows deleted (their updates were dropped by retention). */
+  mercureTopicsTrimmed: number;
   /** Tables ANALYZEd because their rows changed a lot since their statistics were taken. */
   analyzed: string[];
   errors: string[];
@@ -172,6 +175,7 @@ export class Janitor {
       deadJobsTrimmed: 0,
       lost: [],
       finishedJobsTrimmed: 0,
+      mercureTopicsTrimmed: 0,
       analyzed: [],
       errors: [],
       durationMs: 0,
@@ -200,6 +204,9 @@ export class Janitor {
             new Date(now.getTime() - this.opts.jobRetentionMs),
           );
         });
+        await this.step(run, 'mercure', async () => {
+          run.mercureTopicsTrimmed = await trimMercureTopics(conn);
+        });
         await this.step(run, 'statistics', async () => {
           run.analyzed = await analyzeChanged(conn);
         });
@@ -208,7 +215,7 @@ export class Janitor {
           insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
           values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
                   ${run.errors.length > 0 ? run.errors.join('; ') : null},
-                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, finishedJobs: run.finishedJobsTrimmed, analyzed: run.analyzed })}::jsonb)
+                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, finishedJobs: run.finishedJobsTrimmed, mercureTopics: run.mercureTopicsTrimmed, analyzed: run.analyzed })}::jsonb)
           on conflict (singleton) do update set started_at = excluded.started_at,
             duration_ms = excluded.duration_ms, instance = excluded.instance, error = excluded.error,
             summary = excluded.summary`

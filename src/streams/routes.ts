@@ -3,8 +3,10 @@
  * writes go through the batcher, reads through the tailer and hub.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { authorize } from '../auth/policy.ts';
+import { authorize, canSubscribe } from '../auth/policy.ts';
 import { OPEN } from '../auth/tokens.ts';
+import type { Db } from '../db/database.ts';
+import { GlobSelection, isGlob } from './glob.ts';
 import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
 import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
@@ -32,8 +34,8 @@ interface ReadQuery {
   wait: number;
 }
 
-export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: Config }): void {
-  const { feed, config } = deps;
+export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: Config; db: Db }): void {
+  const { feed, config, db } = deps;
 
   oneOrBatchRoute(app, {
     url: '/v1/streams/:stream/events',
@@ -53,7 +55,7 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
   });
 
   const read = (request: FastifyRequest, reply: FastifyReply, streams: string[]) =>
-    readStreams(request, reply, streams, request.query as ReadQuery, feed, config);
+    readStreams(request, reply, streams, request.query as ReadQuery, feed, config, db);
 
   app.get<{ Params: { stream: string } }>(
     '/v1/streams/:stream/events',
@@ -110,9 +112,20 @@ async function readStreams(
   query: ReadQuery,
   feed: Feed,
   config: Config,
+  db: Db,
 ): Promise<unknown> {
-  // Every stream up front, whatever the cursor: replay is authorized like live delivery.
-  authorize(request, 'subscribe', streams);
+  const globs = streams.filter(isGlob);
+  const names = globs.length === 0 ? streams : streams.filter((s) => !isGlob(s));
+  // Every named stream up front, whatever the cursor: replay is authorized like live delivery. A
+  // glob's streams are checked one by one as they appear (GlobSelection).
+  authorize(request, 'subscribe', names);
+  if (globs.length > 0 && !wantsSse(request)) {
+    throw new ApiError(
+      400,
+      'glob_needs_sse',
+      'stream globs (`*`) are served over SSE only (Accept: text/event-stream)',
+    );
+  }
   const given = givenCursor(request, query);
   const sse = wantsSse(request);
   // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
@@ -150,7 +163,17 @@ async function readStreams(
     }
     const started = admitSse(request, reply, config.maxSsePerToken);
     const sink = openSse(reply, formatCursor(start), config.sseRetryMs);
-    const sub = feed.hub.subscribe(streams, start, sink);
+    const selection =
+      globs.length === 0
+        ? undefined
+        : new GlobSelection({
+            db,
+            tailer: feed.tailer,
+            names,
+            globs,
+            canRead: (stream) => canSubscribe(request, stream),
+          });
+    const sub = feed.hub.subscribe(streams, start, sink, selection);
     reply.raw.on('close', () => feed.hub.unsubscribe(sub));
     // An expiring token ends the stream at expiry with `event: auth-expired`.
     started((frame) => {

@@ -1,6 +1,7 @@
 /** Route schemas: request validation, response serialisation and (later) OpenAPI from one source. */
 import { NAME_PATTERN, TYPE_PATTERN } from '../feed/validate.ts';
 import { errorSchema } from '../http/errors.ts';
+import { GLOB_PATTERN } from './glob.ts';
 import { batchOf } from '../http/validation.ts';
 
 /** A cursor, or an event id from a connection to several streams (`<cursor>/<stream>`). */
@@ -75,7 +76,8 @@ export const multiReadQuery = {
       type: 'array',
       minItems: 1,
       maxItems: MAX_STREAMS_PER_CONNECTION,
-      items: { type: 'string', pattern: NAME_PATTERN },
+      // A name, or a glob (`orders.*`: SSE only; see src/streams/glob.ts).
+      items: { type: 'string', pattern: GLOB_PATTERN },
     },
   },
 } as const;

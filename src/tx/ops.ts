@@ -11,14 +11,18 @@ import type { Feed } from '../feed/feed.ts';
 import { type AppendResult, type EventInput, appendEvents } from '../feed/queries.ts';
 import { type CheckedEventInput, type EventBody, assertName, toEventInput } from '../feed/validate.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from '../queues/enqueue.ts';
+import { HUB_PATH, type MercureUpdate, appendUpdates, updateFromInput } from '../mercure/publish.ts';
 import { jobInput } from '../queues/schemas.ts';
 import { type JobBody, toJobInput } from '../queues/validate.ts';
 
 export const MAX_OPS = 1000;
-export const OP_KINDS = ['publish', 'enqueue'] as const;
+export const OP_KINDS = ['publish', 'enqueue', 'mercure'] as const;
 
-export type TxOp = { kind: 'publish'; event: CheckedEventInput } | { kind: 'enqueue'; job: JobInput };
-export type TxResult = { publish: AppendResult } | { enqueue: EnqueueResult };
+export type TxOp =
+  | { kind: 'publish'; event: CheckedEventInput }
+  | { kind: 'enqueue'; job: JobInput }
+  | { kind: 'mercure'; update: MercureUpdate };
+export type TxResult = { publish: AppendResult } | { enqueue: EnqueueResult } | { mercure: { id: string } };
 
 // The fields of each op: its own endpoint's body, plus the stream or queue it goes to.
 const PUBLISH_FIELDS = new Set(['stream', 'data', 'type', 'key']);
@@ -28,11 +32,14 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** Checks every op (throws a 400 naming the first bad one); nothing is written before this passes. */
-export function parseOps(ops: readonly unknown[], maxBytes: number): TxOp[] {
-  return ops.map((op, i) => parseOp(op, `ops[${i}]`, maxBytes));
+export function parseOps(ops: readonly unknown[], maxBytes: number, hubUrl = DEFAULT_HUB_URL): TxOp[] {
+  return ops.map((op, i) => parseOp(op, `ops[${i}]`, maxBytes, hubUrl));
 }
 
-function parseOp(op: unknown, where: string, maxBytes: number): TxOp {
+// Only the path of the hub URL matters to a publish's checks (the reserved namespace).
+const DEFAULT_HUB_URL = `http://localhost${HUB_PATH}`;
+
+function parseOp(op: unknown, where: string, maxBytes: number, hubUrl: string): TxOp {
   const kinds = isObject(op) ? Object.keys(op) : [];
   if (!isObject(op) || kinds.length !== 1 || !(OP_KINDS as readonly string[]).includes(kinds[0])) {
     throw new ApiError(
@@ -54,6 +61,9 @@ function parseOp(op: unknown, where: string, maxBytes: number): TxOp {
       kind: 'publish',
       event: toEventInput(stream, event as unknown as EventBody, maxBytes, `${where}.publish`),
     };
+  }
+  if (kinds[0] === 'mercure') {
+    return { kind: 'mercure', update: updateFromInput(op.mercure, hubUrl, maxBytes, `${where}.mercure`) };
   }
   const { queue, ...job } = fields(op.enqueue, ENQUEUE_FIELDS, `${where}.enqueue`, '"queue" and "payload"');
   checkName(queue, 'queue', `${where}.enqueue`);
@@ -116,7 +126,10 @@ export async function runInTransaction(trx: Db, ops: readonly TxOp[]): Promise<T
     let j = i + 1;
     while (j < ops.length && ops[j].kind === ops[i].kind) j++;
     const run = ops.slice(i, j);
-    if (ops[i].kind === 'publish') {
+    if (ops[i].kind === 'mercure') {
+      const updates = run.map((op) => (op as { update: MercureUpdate }).update);
+      for (const id of await appendUpdates(trx, updates)) out.push({ mercure: { id } });
+    } else if (ops[i].kind === 'publish') {
       const events = run.map((op) => (op as { event: EventInput }).event);
       for (const r of await appendEvents(trx, events)) out.push({ publish: r });
     } else {

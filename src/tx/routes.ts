@@ -3,7 +3,8 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
-import { authorize } from '../auth/policy.ts';
+import { authorize, authorizeAdmin } from '../auth/policy.ts';
+import { hubUrlFor } from '../mercure/publish.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
@@ -24,10 +25,12 @@ export function txRoutes(
       },
     },
     async (request) => {
-      const ops = parseOps(request.body.ops, deps.config.maxEventBytes);
-      // The stream or queue of every op, before anything is written.
+      const ops = parseOps(request.body.ops, deps.config.maxEventBytes, hubUrlFor(deps.config));
+      // The stream or queue of every op, before anything is written. A Mercure update needs an admin
+      // token: native stream grants never cover Mercure topics (docs/mercure.md).
       for (const op of ops) {
         if (op.kind === 'publish') authorize(request, 'publish', op.event.stream);
+        else if (op.kind === 'mercure') authorizeAdmin(request);
         else authorize(request, 'enqueue', (op as { job: { queue: string } }).job.queue);
       }
       return { results: await runOps(deps, ops) };

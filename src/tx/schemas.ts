@@ -19,7 +19,8 @@ export const txBody = {
         description:
           'exactly one of "publish": {stream, data, type?, key?} (the body of POST ' +
           '/v1/streams/{stream}/events, plus "stream") or "enqueue": {queue, payload, delay?, runAt?, ' +
-          'priority?, key?, maxAttempts?, backoff?} (one job as for POST /v1/queues/{queue}/jobs, plus "queue")',
+          'priority?, key?, maxAttempts?, backoff?} (one job as for POST /v1/queues/{queue}/jobs, plus "queue") ' +
+          'or "mercure": {topic (a string or an array), data?, private?, id?, type?, retry?} (a Mercure update; needs an admin token)',
       },
     },
   },
@@ -41,6 +42,7 @@ export const txResponse = {
           type: 'object',
           properties: {
             publish: published,
+            mercure: { type: 'object', properties: { id: { type: 'string' } } },
             enqueue: {
               type: 'object',
               properties: {

@@ -1,0 +1,102 @@
+/**
+ * The issuers the hub trusts (MERCURE_ISSUERS), each bound to its own keys, and the RFC 9068 checks
+ * of draft-08 §Token Validation: `typ` at+jwt, an explicit algorithm allowlist (MERCURE_ALGORITHMS)
+ * on top of the per-key pinning of src/auth/tokens.ts (so `none`, and HS256 signed with a public key,
+ * never verify), `iss` equal to a configured issuer and only that issuer's keys tried (never a pool
+ * across issuers), `aud` containing MERCURE_RESOURCE, `exp` required, `nbf` enforced.
+ *
+ * Lifecycle: built once at start from configuration (keys are read from files then; a bad key or
+ * file stops start-up with a message naming the entry); immutable afterwards.
+ */
+import { readFileSync } from 'node:fs';
+import { type JWTPayload, decodeJwt, decodeProtectedHeader } from 'jose';
+import { CLOCK_TOLERANCE_S, type KeySet, TokenError, loadKeySet } from '../auth/tokens.ts';
+import type { Config, MercureIssuerConfig } from '../config.ts';
+
+export type Role = 'publish' | 'subscribe';
+
+interface TrustedKey {
+  iss: string;
+  role: Role | undefined;
+  keys: KeySet;
+}
+
+export interface VerifiedToken {
+  payload: JWTPayload & { iss: string; exp: number };
+  /** The role of the key that verified it (undefined: both). */
+  role: Role | undefined;
+}
+
+export class Issuers {
+  private readonly byIss = new Map<string, TrustedKey[]>();
+
+  constructor(
+    entries: readonly MercureIssuerConfig[],
+    private readonly resource: string | undefined,
+    private readonly algorithms: readonly string[],
+  ) {
+    if (entries.length > 0 && !resource) {
+      throw new Error('MERCURE_ISSUERS needs MERCURE_RESOURCE (the `aud` the hub expects in its tokens)');
+    }
+    entries.forEach((e, i) => {
+      const at = `MERCURE_ISSUERS[${i}]`;
+      const keys = loadKeySet({
+        secret: e.secret,
+        publicKey: e.publicKey ?? (e.publicKeyFile ? readFileSync(e.publicKeyFile, 'utf8') : undefined),
+        jwksFile: e.jwksFile,
+        names: { secret: `${at}.secret`, publicKey: `${at}.publicKey`, jwksFile: `${at}.jwksFile` },
+      });
+      if (!keys.algorithms.some((a) => algorithms.includes(a))) {
+        throw new Error(
+          `${at}: its key verifies ${keys.algorithms.join(', ')}, which MERCURE_ALGORITHMS does not allow`,
+        );
+      }
+      const list = this.byIss.get(e.iss) ?? [];
+      list.push({ iss: e.iss, role: e.role, keys });
+      this.byIss.set(e.iss, list);
+    });
+  }
+
+  static fromConfig(config: Config): Issuers {
+    return new Issuers(config.mercureIssuers, config.mercureResource, config.mercureAlgorithms);
+  }
+
+  get configured(): boolean {
+    return this.byIss.size > 0;
+  }
+
+  /** Verifies a compact JWS; throws TokenError with the reason (for logs: the answer never says it). */
+  async verify(token: string): Promise<VerifiedToken> {
+    let alg: unknown;
+    let iss: unknown;
+    try {
+      alg = decodeProtectedHeader(token).alg;
+      iss = decodeJwt(token).iss;
+    } catch {
+      throw new TokenError('the token is not a compact JWS');
+    }
+    if (typeof alg !== 'string' || !this.algorithms.includes(alg)) {
+      throw new TokenError(`token algorithm ${JSON.stringify(alg)} is not in MERCURE_ALGORITHMS`);
+    }
+    // Only the keys bound to the claimed issuer: a key of another issuer is never tried.
+    const trusted = typeof iss === 'string' ? this.byIss.get(iss) : undefined;
+    if (trusted === undefined) throw new TokenError(`issuer ${JSON.stringify(iss)} is not trusted`);
+    let last: unknown = new TokenError(`no key of issuer ${JSON.stringify(iss)} verifies ${alg}`);
+    for (const k of trusted) {
+      if (!k.keys.algorithms.includes(alg)) continue;
+      try {
+        const payload = await k.keys.verify(token, {
+          issuer: k.iss,
+          audience: this.resource,
+          typ: 'at+jwt', // jose compares it case-insensitively, without the `application/` prefix
+          requiredClaims: ['iss', 'aud', 'exp'],
+          clockTolerance: CLOCK_TOLERANCE_S,
+        });
+        return { payload: payload as VerifiedToken['payload'], role: k.role };
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  }
+}

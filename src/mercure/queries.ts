@@ -1,0 +1,90 @@
+/**
+ * The hub's reads: exact-topic catch-up through the commitfeed.mercure_topics index, and the id
+ * lookups of reconnection. Every function takes `(db | trx, ...)`.
+ */
+import { CompiledQuery } from 'kysely';
+import type { Db } from '../db/database.ts';
+import { prepared } from '../db/prepared.ts';
+import type { Cursor } from '../feed/cursor.ts';
+import type { FeedEvent } from '../feed/event.ts';
+import { EVENT_COLUMNS, type Row, toEvent } from '../feed/queries.ts';
+
+/**
+ * Updates with any of the topics in $1 in (($2,$3), ($4,$5)], in feed order, at most $6, with the trim
+ * mark from the same statement. Each topic reads its own index range in order and contributes at
+ * most $6 rows, so a page costs O(topics × page) whatever the history; the feed row is found by its
+ * (txid, id) and created_at (one partition).
+ */
+const TOPIC_RANGE_SQL = prepared(`
+  select m.txid::text as mark_txid, m.id::text as mark_id,
+         p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
+  from commitfeed.trim_mark m left join lateral (
+    select ${EVENT_COLUMNS}
+    from (select distinct x.txid, x.id, x.created_at
+          from unnest($1::text[]) q(topic), lateral (
+            select t.txid, t.id, t.created_at from commitfeed.mercure_topics t
+            where t.topic = q.topic
+              and (t.txid, t.id) > ($2::xid8, $3::int8) and (t.txid, t.id) <= ($4::xid8, $5::int8)
+            order by t.txid, t.id
+            limit $6) x
+          order by x.txid, x.id
+          limit $6) k
+    join commitfeed.feed f
+      on f.txid = k.txid and f.id = k.id and f.created_at = k.created_at and f.stream = 'mercure/updates'
+    order by f.txid, f.id
+  ) p on true
+  order by p.txid, p.id`);
+
+/**
+ * Updates of `topics` after `after` up to `upTo` (a position the tailer has reached). `scanned` is
+ * how many index entries the page took (= `limit`: more may follow the last one).
+ */
+export async function readTopicRange(
+  db: Db,
+  topics: readonly string[],
+  after: Cursor,
+  upTo: Cursor,
+  limit: number,
+): Promise<{ events: FeedEvent[]; trimMark: Cursor }> {
+  const { rows } = await db.executeQuery<Row & { mark_txid: string; mark_id: string }>(
+    CompiledQuery.raw(TOPIC_RANGE_SQL, [
+      topics,
+      String(after.txid),
+      after.id,
+      String(upTo.txid),
+      upTo.id,
+      limit,
+    ]),
+  );
+  const first = rows[0];
+  const trimMark = { txid: Number(first?.mark_txid ?? 0), id: Number(first?.mark_id ?? 0) };
+  return { events: first === undefined || first.txid === null ? [] : rows.map(toEvent), trimMark };
+}
+
+const ID_LOOKUP_SQL = prepared(`
+  select f.txid::text as txid, f.id::text as id from commitfeed.feed f
+  where f.mid = $1 and f.stream = 'mercure/updates'
+  order by f.txid, f.id
+  limit 1`);
+
+/** The position of the earliest update bearing `mid` (draft: a reused id means its first use). */
+export async function findUpdateId(db: Db, mid: string): Promise<Cursor | undefined> {
+  const { rows } = await db.executeQuery<{ txid: string; id: string }>(
+    CompiledQuery.raw(ID_LOOKUP_SQL, [mid]),
+  );
+  return rows[0] === undefined ? undefined : { txid: Number(rows[0].txid), id: Number(rows[0].id) };
+}
+
+const LAST_ID_SQL = prepared(`
+  select f.mid from commitfeed.feed f
+  where f.stream = 'mercure/updates' and (f.txid, f.id) <= ($1::xid8, $2::int8)
+  order by f.txid desc, f.id desc
+  limit 1`);
+
+/** The id of the last update at or before `at` (undefined: none is held). */
+export async function lastUpdateId(db: Db, at: Cursor): Promise<string | undefined> {
+  const { rows } = await db.executeQuery<{ mid: string }>(
+    CompiledQuery.raw(LAST_ID_SQL, [String(at.txid), at.id]),
+  );
+  return rows[0]?.mid;
+}

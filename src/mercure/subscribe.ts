@@ -1,0 +1,163 @@
+/**
+ * A Mercure subscription as a hub Selection (src/feed/hub.ts): which updates one connection receives
+ * and how it catches up. An update is taken when any of its topics (canonical or alternate) matches
+ * any of the connection's matchers — once, however many match — and, when it is private, when the
+ * token's subscribe grants match any of its topics (draft-08 §Authorization: matchers route, grants
+ * authorize; an anonymous subscriber never receives a private update).
+ *
+ * Catch-up: when every matcher is an exact topic, pages come from the commitfeed.mercure_topics index
+ * (only the connection's topics are read); otherwise (URL patterns, `*`) from the updates stream in
+ * feed order through the tailer (its window when it covers the cursor), filtered here. Either way a
+ * page advances to the last row read, so a page that sends nothing still moves on, and it is bounded
+ * by the page size, the tailer's position and retention.
+ */
+import type { Db } from '../db/database.ts';
+import { type Cursor, compareCursors } from '../feed/cursor.ts';
+import type { FeedEvent } from '../feed/event.ts';
+import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
+import type { Tailer } from '../feed/tailer.ts';
+import { ApiError } from '../http/errors.ts';
+import { type FormPair, hasForbiddenChars } from './form.ts';
+import { MERCURE_STREAM, mercureFrame, updateOf } from './frames.ts';
+import { MatcherError, type TopicMatcher, type TopicSelector, compileSelectors } from './match.ts';
+import { readTopicRange } from './queries.ts';
+
+/** Most matchers in one subscription request (over: 400). */
+export const MAX_MATCHERS = 100;
+
+/** What a subscribe request asks for (its query, parsed strictly). */
+export interface SubscribeRequest {
+  selectors: TopicSelector[];
+  /** `last_event_id` from the query (the Last-Event-ID header wins over it). */
+  lastEventId: string | undefined;
+}
+
+const MATCH_PARAMS: Record<string, TopicSelector['matchType']> = {
+  match: 'exact',
+  match_exact: 'exact',
+  match_urlpattern: 'urlpattern',
+};
+
+/** The matchers and cursor of a subscribe query (400 for any name or value the draft refuses). */
+export function subscribeRequest(pairs: readonly FormPair[]): SubscribeRequest {
+  const selectors: TopicSelector[] = [];
+  const seen = new Set<string>();
+  let lastEventId: string | undefined;
+  for (const { name, value } of pairs) {
+    const matchType = Object.hasOwn(MATCH_PARAMS, name) ? MATCH_PARAMS[name] : undefined;
+    if (matchType === undefined) {
+      if (name.toLowerCase().startsWith('match')) {
+        throw new ApiError(
+          400,
+          'unsupported_matcher',
+          `unknown matcher parameter ${JSON.stringify(name.slice(0, 60))}: use match, match_exact or match_urlpattern (names are case-sensitive)`,
+        );
+      }
+      if (name === 'last_event_id' && lastEventId === undefined) lastEventId = value;
+      continue; // other parameters are ignored (access_token is never a credential here)
+    }
+    if (hasForbiddenChars(value)) {
+      throw new ApiError(400, 'invalid_matcher', `${name} must not contain control or format characters`);
+    }
+    const key = `${matchType} ${value}`;
+    if (seen.has(key)) continue; // identical (type, value) pairs are one subscription
+    seen.add(key);
+    selectors.push({ match: value, matchType });
+    if (selectors.length > MAX_MATCHERS) {
+      throw new ApiError(400, 'too_many_matchers', `a subscription has at most ${MAX_MATCHERS} matchers`);
+    }
+  }
+  if (selectors.length === 0) {
+    throw new ApiError(
+      400,
+      'missing_matcher',
+      'a subscription needs at least one match, match_exact or match_urlpattern',
+    );
+  }
+  return { selectors, lastEventId };
+}
+
+/** Compiles selectors for routing; an invalid pattern is a 400 (in a token it is a 401: authorize.ts). */
+export function compileRequestSelectors(selectors: readonly TopicSelector[], hubUrl: string): TopicMatcher {
+  try {
+    return compileSelectors(selectors, hubUrl);
+  } catch (err) {
+    if (err instanceof MatcherError) throw new ApiError(400, 'invalid_matcher', err.message);
+    throw err;
+  }
+}
+
+export interface MercureSelectionOptions {
+  db: Db;
+  tailer: Tailer;
+  selectors: readonly TopicSelector[];
+  matcher: TopicMatcher;
+  /** May the token read a private update with these topics (its subscribe grants match any)?
+   * Always false for an anonymous subscriber (public updates only). */
+  canRead(topics: readonly string[]): boolean;
+  /** The connection resumed from an id it had: a trim during catch-up ends the stream, so the
+   * reconnect hears `Mercure-Last-Event-ID: earliest` (see resume.ts). */
+  endOnReset: boolean;
+  retryMs: number;
+}
+
+export class MercureSelection implements Selection {
+  /** Exact topics to read from the index, or undefined when some matcher is a pattern or `*`. */
+  private readonly exactTopics: string[] | undefined;
+  private readonly streamSet: ReadonlySet<string> = new Set([MERCURE_STREAM]);
+  /** Updates this connection received (live and catch-up). */
+  delivered = 0;
+
+  constructor(private readonly opts: MercureSelectionOptions) {
+    this.exactTopics = opts.selectors.every((s) => s.matchType === 'exact' && s.match !== '*')
+      ? opts.selectors.map((s) => s.match)
+      : undefined;
+  }
+
+  accepts(e: FeedEvent): boolean {
+    if (e.stream !== MERCURE_STREAM) return false;
+    const u = updateOf(e);
+    if (!u.topics.some(this.opts.matcher)) return false;
+    return !u.private || this.opts.canRead(u.topics);
+  }
+
+  frame(e: FeedEvent): string {
+    this.delivered++;
+    return mercureFrame(e);
+  }
+
+  onReset(_mark: Cursor): { chunk: string; end: boolean } | undefined {
+    if (!this.opts.endOnReset) return undefined;
+    return {
+      chunk: `retry: ${this.opts.retryMs}\n: updates after your last id were dropped by retention; reconnect\n\n`,
+      end: true,
+    };
+  }
+
+  async readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead> {
+    const { tailer } = this.opts;
+    const upTo = tailer.position;
+    if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
+    let events: FeedEvent[];
+    let position: Cursor;
+    if (this.exactTopics !== undefined) {
+      const page = await readTopicRange(this.opts.db, this.exactTopics, after, upTo, limit);
+      if (compareCursors(after, page.trimMark) < 0) {
+        return { chunks: [], count: 0, position: page.trimMark, more: true, reset: page.trimMark };
+      }
+      events = page.events;
+      position = events.length === limit ? events[events.length - 1] : upTo;
+    } else {
+      const page = await tailer.read([MERCURE_STREAM], this.streamSet, after, limit);
+      if (page.reset) return { chunks: [], count: 0, position: page.position, more: true, reset: page.reset };
+      events = page.events;
+      position = page.position;
+    }
+    const { chunks, count } = chunkFrames(
+      events,
+      (e) => (this.accepts(e) ? this.frame(e) : undefined),
+      chunkBytes,
+    );
+    return { chunks, count, position, more: events.length === limit };
+  }
+}

@@ -1,0 +1,424 @@
+/**
+ * Active subscriptions (draft-08 §Active Subscriptions, optional; on with MERCURE_SUBSCRIPTIONS):
+ * every matcher of every hub connection is a subscription; its start and its end are published as
+ * private updates of SSE type `mercure` on `<hub path>/subscriptions/{match_type}/{match}/{subscriber}`
+ * (RFC 6570 simple expansion: each value percent-encoded once, `!'()*` included), and the
+ * subscriptions API lists the open ones.
+ *
+ * Each subscription row is written in the same transaction as its event (through the hub's own
+ * commitfeed.mercure_append, `internal`), so the API and the events never disagree, on any replica.
+ *
+ * Lifecycle: one per process. start() registers the instance with a lease, renewed every third of
+ * MERCURE_INSTANCE_LEASE; each renewal also sweeps instances whose lease ran out (they died without
+ * closing their connections): their rows are deleted and `active: false` published for them, in one
+ * transaction, by whichever survivor gets there first (row locks make it exactly once). If this
+ * instance was swept while alive (a database outage longer than the lease), the next renewal
+ * registers its open subscriptions again, with `active: true`. A database failure in opened() or
+ * closed() is logged and the connection goes on (its subscription is then not listed, or is ended
+ * by the sweep). stop() ends this instance's subscriptions and drops its lease.
+ */
+import { randomUUID } from 'node:crypto';
+import { CompiledQuery } from 'kysely';
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { type Db, inTransaction } from '../db/database.ts';
+import { ApiError, errorSchema } from '../http/errors.ts';
+import { type MercureAuthorizer, type MercureGrants, sendMercureError } from './authorize.ts';
+import { hubLink } from './discovery.ts';
+import type { TopicSelector } from './match.ts';
+import { type MercureUpdate, appendUpdates } from './publish.ts';
+
+/** One hub connection, as the subscribe route reports it. */
+export interface SubscriptionConn {
+  /** Hub-assigned, unique per connection (a random `urn:uuid:`); never taken from the client. */
+  subscriber: string;
+  selectors: TopicSelector[];
+  grants: MercureGrants | null;
+}
+
+/** The subscription document of the events and the API. */
+export interface SubscriptionDoc {
+  id: string;
+  type: 'subscription';
+  match_type: string;
+  match: string;
+  subscriber: string;
+  active: boolean;
+  payload?: unknown;
+}
+
+/** RFC 6570 simple string expansion of one value: everything but unreserved characters encoded. */
+export function expandVar(value: string): string {
+  return encodeURIComponent(value).replace(
+    /[!'()*]/g,
+    (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`,
+  );
+}
+
+/** The topic (and id) of a subscription: hub path + /subscriptions/{match_type}/{match}/{subscriber}. */
+export function subscriptionTopic(
+  hubPath: string,
+  matchType: string,
+  match: string,
+  subscriber: string,
+): string {
+  return `${hubPath}/subscriptions/${expandVar(matchType)}/${expandVar(match)}/${expandVar(subscriber)}`;
+}
+
+/** A new subscriber id: random, so it discloses nothing about the token (draft §Subscriber Identifier). */
+export const newSubscriberId = (): string => `urn:uuid:${randomUUID()}`;
+
+const asEvent = (doc: SubscriptionDoc): MercureUpdate => ({
+  topics: [doc.id],
+  data: JSON.stringify(doc),
+  private: true,
+  id: null,
+  type: 'mercure',
+  retry: null,
+});
+
+const INSERT_SQL = `
+  insert into commitfeed.mercure_subscriptions (topic, subscriber, match_type, match, doc, instance)
+  select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::uuid[])
+  on conflict (topic) do nothing
+  returning doc`;
+const END_BY_SUBSCRIBER_SQL = `
+  delete from commitfeed.mercure_subscriptions where subscriber = $1
+  returning doc || '{"active": false}'::jsonb as doc`;
+const END_BY_INSTANCE_SQL = `
+  delete from commitfeed.mercure_subscriptions where instance = any($1::uuid[])
+  returning doc || '{"active": false}'::jsonb as doc`;
+const BEAT_SQL = 'update commitfeed.mercure_instances set seen = now() where instance = $1';
+const REGISTER_SQL = `
+  insert into commitfeed.mercure_instances (instance) values ($1)
+  on conflict (instance) do update set seen = now()`;
+const DEAD_SQL = `
+  delete from commitfeed.mercure_instances
+  where instance in (select instance from commitfeed.mercure_instances
+                     where seen < now() - $1::int * interval '1 millisecond' and instance <> $2
+                     for update skip locked)
+  returning instance`;
+const DROP_SELF_SQL = 'delete from commitfeed.mercure_instances where instance = $1';
+const LIST_SQL = `
+  select doc from commitfeed.mercure_subscriptions
+  where ($1::text is null or match_type = $1) and ($2::text is null or match = $2)
+    and ($3::text is null or subscriber = $3)
+  order by since, topic
+  limit $4`;
+
+export class ActiveSubscriptions {
+  /** This process's lease. */
+  readonly instance = randomUUID();
+  private readonly live = new Map<string, SubscriptionConn>();
+  /** Per subscriber, the pending opened(): closed() waits for it, so `false` never precedes `true`. */
+  private readonly pending = new Map<string, Promise<void>>();
+  private timer: NodeJS.Timeout | undefined;
+  private beating: Promise<void> | undefined;
+
+  constructor(
+    private readonly db: Db,
+    private readonly authorizer: MercureAuthorizer,
+    private readonly hubPath: string,
+    private readonly leaseMs: number,
+    private readonly log: FastifyBaseLogger,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.db.executeQuery(CompiledQuery.raw(REGISTER_SQL, [this.instance]));
+    this.timer = setInterval(() => void this.beat(), Math.max(10, Math.floor(this.leaseMs / 3)));
+    this.timer.unref();
+  }
+
+  /** The documents of a connection's subscriptions (one per distinct matcher). */
+  docs(conn: SubscriptionConn, active: boolean): SubscriptionDoc[] {
+    const seen = new Set<string>();
+    const out: SubscriptionDoc[] = [];
+    for (const s of conn.selectors) {
+      const id = subscriptionTopic(this.hubPath, s.matchType, s.match, conn.subscriber);
+      if (seen.has(id)) continue;
+      seen.add(id);
+      const payload = this.authorizer.payloadFor(conn.grants, s.match);
+      out.push({
+        id,
+        type: 'subscription',
+        match_type: s.matchType,
+        match: s.match,
+        subscriber: conn.subscriber,
+        active,
+        ...(payload === undefined ? {} : { payload }),
+      });
+    }
+    return out;
+  }
+
+  /** A connection opened: its subscriptions are recorded and announced (`active: true`). */
+  opened(conn: SubscriptionConn): Promise<void> {
+    this.live.set(conn.subscriber, conn);
+    const p = this.record(conn).catch((err) => {
+      this.log.warn({ err, subscriber: conn.subscriber }, 'Mercure: could not record a subscription');
+    });
+    this.pending.set(conn.subscriber, p);
+    return p;
+  }
+
+  /** A connection closed: its subscriptions are removed and announced (`active: false`). */
+  async closed(conn: SubscriptionConn): Promise<void> {
+    this.live.delete(conn.subscriber);
+    await this.pending.get(conn.subscriber);
+    this.pending.delete(conn.subscriber);
+    try {
+      await this.end(END_BY_SUBSCRIBER_SQL, [conn.subscriber]);
+    } catch (err) {
+      // The row stays until this instance stops or is swept; the event comes then.
+      this.log.warn({ err, subscriber: conn.subscriber }, 'Mercure: could not end a subscription');
+    }
+  }
+
+  /** Ends this instance's subscriptions and drops its lease (at shutdown, after the streams ended). */
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.beating;
+    await Promise.allSettled(this.pending.values());
+    await inTransaction(this.db, async (trx) => {
+      await this.end(END_BY_INSTANCE_SQL, [[this.instance]], trx);
+      await trx.executeQuery(CompiledQuery.raw(DROP_SELF_SQL, [this.instance]));
+    });
+  }
+
+  /** Subscription documents, optionally of one matcher or one subscriber (at most `limit`). */
+  async list(
+    filter: { matchType?: string; match?: string; subscriber?: string },
+    limit: number,
+  ): Promise<SubscriptionDoc[]> {
+    const { rows } = await this.db.executeQuery<{ doc: SubscriptionDoc }>(
+      CompiledQuery.raw(LIST_SQL, [
+        filter.matchType ?? null,
+        filter.match ?? null,
+        filter.subscriber ?? null,
+        limit,
+      ]),
+    );
+    return rows.map((r) => r.doc);
+  }
+
+  /** Renews the lease (re-registering if this instance was swept), then ends dead instances' rows.
+   * One renewal at a time: a call during one waits for it. */
+  beat(): Promise<void> {
+    this.beating ??= this.renew().finally(() => {
+      this.beating = undefined;
+    });
+    return this.beating;
+  }
+
+  private async renew(): Promise<void> {
+    try {
+      const r = await this.db.executeQuery(CompiledQuery.raw(BEAT_SQL, [this.instance]));
+      if (Number(r.numAffectedRows ?? 0) === 0) {
+        this.log.warn('Mercure: this instance was taken for dead; announcing its subscriptions again');
+        await this.db.executeQuery(CompiledQuery.raw(REGISTER_SQL, [this.instance]));
+        for (const conn of this.live.values()) await this.record(conn);
+      }
+      await this.sweep();
+    } catch (err) {
+      this.log.warn({ err }, 'Mercure: subscription lease renewal failed (retried)');
+    }
+  }
+
+  /** Ends the subscriptions of instances whose lease ran out; returns how many were ended. */
+  async sweep(): Promise<number> {
+    return inTransaction(this.db, async (trx) => {
+      const { rows } = await trx.executeQuery<{ instance: string }>(
+        CompiledQuery.raw(DEAD_SQL, [this.leaseMs, this.instance]),
+      );
+      if (rows.length === 0) return 0;
+      const n = await this.end(END_BY_INSTANCE_SQL, [rows.map((r) => r.instance)], trx);
+      this.log.info(
+        { instances: rows.map((r) => r.instance), subscriptions: n },
+        'Mercure: ended the subscriptions of stopped instances',
+      );
+      return n;
+    });
+  }
+
+  private async record(conn: SubscriptionConn): Promise<void> {
+    const docs = this.docs(conn, true);
+    if (docs.length === 0) return;
+    await inTransaction(this.db, async (trx) => {
+      const { rows } = await trx.executeQuery<{ doc: SubscriptionDoc }>(
+        CompiledQuery.raw(INSERT_SQL, [
+          docs.map((d) => d.id),
+          docs.map((d) => d.subscriber),
+          docs.map((d) => d.match_type),
+          docs.map((d) => d.match),
+          docs.map((d) => JSON.stringify(d)),
+          docs.map(() => this.instance),
+        ]),
+      );
+      // Only the rows this call added are announced (a re-registration skips the ones still there).
+      if (rows.length > 0)
+        await appendUpdates(
+          trx,
+          rows.map((r) => asEvent(r.doc)),
+          true,
+        );
+    });
+  }
+
+  /** Deletes rows and publishes `active: false` for each, in one transaction. */
+  private async end(query: string, params: unknown[], db: Db = this.db): Promise<number> {
+    return inTransaction(db, async (trx) => {
+      const { rows } = await trx.executeQuery<{ doc: SubscriptionDoc }>(CompiledQuery.raw(query, params));
+      if (rows.length > 0)
+        await appendUpdates(
+          trx,
+          rows.map((r) => asEvent(r.doc)),
+          true,
+        );
+      return rows.length;
+    });
+  }
+}
+
+/** Most subscriptions one API answer lists (the draft lets collections be truncated). */
+export const MAX_LISTED = 10_000;
+
+const docSchema = {
+  type: 'object',
+  required: ['id', 'type', 'match_type', 'match', 'subscriber', 'active'],
+  properties: {
+    id: { type: 'string' },
+    type: { type: 'string', enum: ['subscription'] },
+    match_type: { type: 'string' },
+    match: { type: 'string' },
+    subscriber: { type: 'string' },
+    active: { type: 'boolean' },
+    payload: { type: 'object', additionalProperties: true },
+  },
+} as const;
+const collectionSchema = {
+  type: 'object',
+  required: ['id', 'type', 'subscriptions'],
+  properties: {
+    id: { type: 'string' },
+    type: { type: 'string', enum: ['subscriptions'] },
+    subscriptions: { type: 'array', items: docSchema },
+  },
+} as const;
+const problem = { type: 'object', additionalProperties: true } as const;
+
+export interface SubscriptionRoutesDeps {
+  subscriptions: ActiveSubscriptions;
+  authorizer: MercureAuthorizer;
+  /** The id of the last update every subscriber can already be sent (else `earliest`): read before
+   * the rows, so a client that subscribes from it misses no event of what it listed. */
+  lastEventId: () => Promise<string>;
+}
+
+/**
+ * GET <hub>/subscriptions, …/{match_type}/{match} and …/{match_type}/{match}/{subscriber}: needs a
+ * `subscribe` grant on the URL's path (the same form as the event topics, so one grant covers both).
+ */
+export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRoutesDeps): void {
+  const { subscriptions, authorizer } = deps;
+  const hubUrl = authorizer.hub;
+  const hubPath = new URL(hubUrl).pathname;
+  const base = `${hubPath}/subscriptions`;
+
+  async function answer(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    id: string,
+    filter: { matchType?: string; match?: string; subscriber?: string },
+    single: boolean,
+  ): Promise<FastifyReply> {
+    const auth = await authorizer.authenticate(request, 'subscribe');
+    if (!auth.ok) return sendMercureError(reply, auth);
+    if (auth.grants === null) {
+      return sendMercureError(
+        reply,
+        authorizer.challenges.missing('the subscriptions API needs an access token'),
+      );
+    }
+    if (!authorizer.canRead(auth.grants, [id])) {
+      return sendMercureError(
+        reply,
+        authorizer.challenges.forbidden(`the token does not grant subscribe on ${id}`),
+      );
+    }
+    const last = await deps.lastEventId();
+    const docs = await subscriptions.list(filter, single ? 1 : MAX_LISTED);
+    reply
+      .header(
+        'link',
+        hubLink(hubUrl, { lastEventId: last, type: 'mercure', contentType: 'application/json' }),
+      )
+      .header('cache-control', 'must-revalidate')
+      .type('application/json');
+    if (single) {
+      if (docs.length === 0) throw new ApiError(404, 'not_found', 'no such active subscription');
+      return reply.send(docs[0]);
+    }
+    return reply.send({ id, type: 'subscriptions', subscriptions: docs });
+  }
+
+  const common = {
+    config: { access: 'public' as const },
+  };
+  app.get(
+    base,
+    {
+      ...common,
+      schema: {
+        summary: 'Mercure: the active subscriptions',
+        tags: ['mercure'],
+        response: { 200: collectionSchema, 400: problem, 401: problem, 403: problem },
+      },
+    },
+    (request, reply) => answer(request, reply, base, {}, false),
+  );
+  app.get<{ Params: { match_type: string; match: string } }>(
+    `${base}/:match_type/:match`,
+    {
+      ...common,
+      schema: {
+        summary: 'Mercure: the active subscriptions of one matcher',
+        tags: ['mercure'],
+        params: {
+          type: 'object',
+          required: ['match_type', 'match'],
+          properties: { match_type: { type: 'string' }, match: { type: 'string' } },
+        },
+        response: { 200: collectionSchema, 400: problem, 401: problem, 403: problem },
+      },
+    },
+    (request, reply) => {
+      const { match_type: matchType, match } = request.params;
+      const id = `${base}/${expandVar(matchType)}/${expandVar(match)}`;
+      return answer(request, reply, id, { matchType, match }, false);
+    },
+  );
+  app.get<{ Params: { match_type: string; match: string; subscriber: string } }>(
+    `${base}/:match_type/:match/:subscriber`,
+    {
+      ...common,
+      schema: {
+        summary: 'Mercure: one active subscription',
+        tags: ['mercure'],
+        params: {
+          type: 'object',
+          required: ['match_type', 'match', 'subscriber'],
+          properties: {
+            match_type: { type: 'string' },
+            match: { type: 'string' },
+            subscriber: { type: 'string' },
+          },
+        },
+        response: { 200: docSchema, 400: problem, 401: problem, 403: problem, 404: errorSchema },
+      },
+    },
+    (request, reply) => {
+      const { match_type: matchType, match, subscriber } = request.params;
+      const id = subscriptionTopic(hubPath, matchType, match, subscriber);
+      return answer(request, reply, id, { matchType, match, subscriber }, true);
+    },
+  );
+}

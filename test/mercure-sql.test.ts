@@ -1,0 +1,123 @@
+import { sql } from 'kysely';
+import t from 'tap';
+import { mercurePublish } from '../src/index.ts';
+import { hasForbiddenChars } from '../src/mercure/form.ts';
+import { reservedTopic } from '../src/mercure/publish.ts';
+import { openSse, pgClient, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+
+const HUB_URL = 'https://hub.example.com/.well-known/mercure';
+
+t.test('JS and SQL agree on the reserved namespace and forbidden characters', async (t) => {
+  const db = sqlClient(t, await testDatabase(t));
+  const topics = [
+    '',
+    'mercure',
+    'mercure/x',
+    './mercure',
+    '../mercure',
+    'foo:/.well-known/mercure',
+    'https://evil/.well-known/mercure',
+    'HTTPS://evil/.well-known/mercure/x',
+    '//evil/.well-known/mercure',
+    '/.well-known\\mercure\\x',
+    '/.well-known/%2e/mercure/z',
+    '/.well-known/%2E%2E/.well-known/mercure',
+    '/.well-known/%6Dercure/x',
+    '/.well-known/%6dercure',
+    '/.well-known/mercure?x',
+    '/.well-known/mercure#x',
+    '?x',
+    '#x',
+    '/.well-known/mercurex',
+    '/.well-known/mercure/../x',
+    '/a/../.well-known/./mercure',
+    'urn:x',
+    'urn:/.well-known/mercure',
+    'https://example.com/books/1',
+    '/.well-known/%252e/mercure',
+    '/.well-known/merc%75re/x',
+  ];
+  for (const topic of topics) {
+    const { rows } = await sql<{ r: boolean }>`select commitfeed.mercure_reserved(${topic}) as r`.execute(db);
+    t.equal(rows[0].r, reservedTopic(topic, HUB_URL), `reserved ${JSON.stringify(topic)}`);
+  }
+  const chars: number[] = [];
+  for (let c = 1; c < 0x3000; c++) chars.push(c);
+  for (const c of [
+    0xfeff, 0xfff9, 0xfffb, 0xfffc, 0x110bd, 0x13430, 0x1343f, 0x1d173, 0xe0001, 0xe0020, 0xe007f, 0xe0080,
+  ]) {
+    chars.push(c);
+  }
+  const { rows } = await sql<{ c: number; bad: boolean }>`
+    select c, chr(c) ~ '[\\x01-\\x1f\\x7f-\\x9f]' or commitfeed.mercure_invalid(array[chr(c)], null, null, null, true, true) is not null as bad
+    from unnest(${chars}::int[]) c`.execute(db);
+  const differ = rows.filter((r) => r.bad !== hasForbiddenChars(String.fromCodePoint(r.c)) && r.c !== 0x2a);
+  t.same(
+    differ.map((r) => r.c.toString(16)),
+    [],
+    'the same code points are control or format characters',
+  );
+});
+
+t.test(
+  'the library publishes in the caller transaction; /v1/tx publishes atomically with a native event',
+  async (t) => {
+    const url = await testDatabase(t);
+    const server = await startTestServer(t, url);
+    const s = await openSse(t, `${server.url}/.well-known/mercure?match=urn%3Alib`);
+    const client = await pgClient(t, url);
+    await client.query('begin');
+    await mercurePublish(client, { topic: 'urn:lib', data: 'rolled back' });
+    await client.query('rollback');
+    await client.query('begin');
+    const id = await mercurePublish(client, { topic: ['urn:lib', 'urn:alt'], data: 'kept', id: 'lib-1' });
+    await client.query('commit');
+    t.equal(id, 'lib-1');
+    await t.rejects(mercurePublish(client, { topic: '*' }), { code: 'reserved_topic' });
+    const res = await fetch(`${server.url}/v1/tx`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        ops: [
+          { publish: { stream: 'orders', data: { n: 1 } } },
+          { mercure: { topic: 'urn:lib', data: 'from tx', private: false } },
+        ],
+      }),
+    });
+    t.equal(res.status, 200);
+    const body = (await res.json()) as { results: { mercure?: { id: string } }[] };
+    t.match(body.results[1].mercure?.id, /^urn:uuid:/);
+    const bad = await fetch(`${server.url}/v1/tx`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        ops: [{ publish: { stream: 'orders', data: 2 } }, { mercure: { topic: '/.well-known/mercure/x' } }],
+      }),
+    });
+    t.equal(bad.status, 400, 'a bad mercure op refuses the whole transaction');
+    t.same(
+      (await s.waitFor(2)).map((m) => m.data),
+      ['kept', 'from tx'],
+    );
+    const db = sqlClient(t, url);
+    const { rows } = await sql<{
+      n: string;
+    }>`select count(*)::text as n from commitfeed.feed where stream = 'orders'`.execute(db);
+    t.equal(rows[0].n, '1', 'the refused transaction wrote nothing');
+  },
+);
+
+t.test('exact-topic catch-up reads the topic index, not the whole updates stream', async (t) => {
+  const db = sqlClient(t, await testDatabase(t));
+  await sql`select commitfeed.mercure_publish('urn:e:' || g::text, 'x') from generate_series(1, 2000) g`.execute(
+    db,
+  );
+  await sql`analyze commitfeed.mercure_topics`.execute(db);
+  const { rows } = await sql<{ 'QUERY PLAN': string }>`
+    explain select t.txid, t.id from unnest(array['urn:e:7']) q(topic), lateral (
+      select t.txid, t.id from commitfeed.mercure_topics t
+      where t.topic = q.topic and (t.txid, t.id) > ('0'::xid8, 0::int8)
+      order by t.txid, t.id limit 100) t`.execute(db);
+  const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+  t.match(plan, /mercure_topics_topic_idx/, plan);
+});
