@@ -234,8 +234,8 @@ function optional(name: string, doc: string, section?: string): Setting<string |
   return { name, doc, section, parse: (raw) => raw };
 }
 
-/** A comma-separated list of exact origins (scheme://host[:port]). */
-function parseOrigins(name: string, raw: string): string[] {
+/** A comma-separated list of exact origins (scheme://host[:port]); throws naming the setting. */
+export function parseOrigins(name: string, raw: string): string[] {
   const list = raw
     .split(',')
     .map((o) => o.trim())

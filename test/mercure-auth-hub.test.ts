@@ -233,3 +233,39 @@ t.test('active subscriptions: a watcher sees subscriptions start and end', async
   t.equal(unauthorized.received.length, 0, 'subscription events are private');
   t.equal(blind.received.length, 0);
 });
+
+t.test(
+  'active subscriptions across replicas: listed everywhere, ended when their instance stops',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const config = mercureConfigEnv({ mercureSubscriptions: true });
+    const a = await startTestServer(t, dbUrl, config);
+    const b = await startTestServer(t, dbUrl, config);
+    const watcherToken = await mercureToken({ subscribe: ['*'] });
+    const watcher = await openSse(
+      t,
+      sub(b.url, [['match_urlpattern', '/.well-known/mercure/subscriptions/*']]),
+      bearer(watcherToken),
+    );
+    await watcher.waitFor(1); // its own subscription
+    const client = await openSse(
+      t,
+      sub(a.url, [['match', '/books/1']]),
+      bearer(await mercureToken({ subscribe: ['*'] })),
+    );
+    t.equal(client.status, 200);
+    const [, started] = await watcher.waitFor(2);
+    t.match(
+      JSON.parse(started.data ?? ''),
+      { match: '/books/1', active: true },
+      'a subscription on A, seen on B',
+    );
+    const listed = await fetch(`${b.url}${HUB}/subscriptions/exact/${encodeURIComponent('/books/1')}`, {
+      headers: bearer(watcherToken),
+    });
+    t.equal(((await listed.json()) as { subscriptions: unknown[] }).subscriptions.length, 1, 'listed by B');
+    await a.close(); // A stops: its subscriptions end with it
+    const [, , ended] = await watcher.waitFor(3);
+    t.match(JSON.parse(ended.data ?? ''), { match: '/books/1', active: false });
+  },
+);

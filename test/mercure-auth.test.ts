@@ -11,6 +11,7 @@ import { SignJWT, exportJWK, generateKeyPair } from 'jose';
 import t, { type Test } from 'tap';
 import { mintToken } from '../src/auth/tokens.ts';
 import { type Config, loadConfig } from '../src/config.ts';
+import { mintMercureToken } from '../src/mercure/issuers.ts';
 import { startTestServer, testDatabase } from './helpers.ts';
 import {
   type MercureAuthorizer as Authorizer,
@@ -522,4 +523,24 @@ t.test('hub tokens are not native tokens', async (t) => {
     body: '{"data":1}',
   });
   t.equal(ok.status, 201, 'native tokens still work on native routes');
+});
+
+t.test('tokens minted for the token CLI are accepted with their grants', async (t) => {
+  const { app: a, authz } = await app(t);
+  const tok = await mintMercureToken({
+    secret: MERCURE_SECRET,
+    iss: MERCURE_ISSUER,
+    aud: MERCURE_RESOURCE,
+    ttl: '1h',
+    publish: [{ match: 'https://example.com/books/1', matchType: 'exact' }],
+    subscribe: [{ match: 'https://example.com/books/:id', matchType: 'urlpattern' }],
+    payload: { tenant: 'acme' },
+  });
+  const r = await ask(a, 'publish', bearer(tok));
+  t.equal(r.status, 200);
+  const g = r.body.grants as Parameters<Authorizer['canPublish']>[0];
+  t.ok(authz.canPublish(g, ['https://example.com/books/1']));
+  t.notOk(authz.canPublish(g, ['https://example.com/books/2']));
+  t.ok(authz.canRead(g, ['https://example.com/books/2']));
+  t.same(authz.payloadFor(g, 'https://example.com/books/:id'), { tenant: 'acme' });
 });

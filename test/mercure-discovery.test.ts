@@ -51,6 +51,16 @@ t.test('protected resource metadata and CORS', async (t) => {
     t.ok(allowed.includes(h), `allows ${h}`);
 });
 
+t.test('active subscriptions are advertised when on', async (t) => {
+  const server = await startTestServer(
+    t,
+    await testDatabase(t),
+    mercureConfigEnv({ mercureSubscriptions: true }),
+  );
+  const doc = (await (await fetch(`${server.url}${PRM}`)).json()) as Record<string, unknown>;
+  t.equal(doc.mercure_subscriptions, true);
+});
+
 t.test('no MERCURE_RESOURCE: no metadata', async (t) => {
   const server = await startTestServer(t, await testDatabase(t));
   t.equal((await fetch(`${server.url}${PRM}`)).status, 404);

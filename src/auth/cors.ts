@@ -5,25 +5,14 @@
  */
 import cors from '@fastify/cors';
 import type { FastifyInstance } from 'fastify';
+import { parseOrigins } from '../config.ts';
 
 function validateOrigins(origins: string[]): void {
   if (origins.includes('*')) {
     if (origins.length > 1) throw new Error('CORS_ORIGINS: "*" cannot be combined with other origins');
     return;
   }
-  for (const o of origins) {
-    let ok = false;
-    try {
-      ok = new URL(o).origin === o;
-    } catch {
-      // reported below
-    }
-    if (!ok) {
-      throw new Error(
-        `CORS_ORIGINS: ${JSON.stringify(o)} is not an origin (scheme://host[:port], no path or trailing slash)`,
-      );
-    }
-  }
+  parseOrigins('CORS_ORIGINS', origins.join(','));
 }
 
 /** Registers @fastify/cors for `origins` (nothing when the list is empty). */

@@ -22,7 +22,7 @@ import { CLOCK_TOLERANCE_S, TokenError } from '../auth/tokens.ts';
 import { MAX_TOKEN_CHARS, readCookie } from '../auth/token-source.ts';
 import type { Config } from '../config.ts';
 import { Challenges, type MercureFailure, sendMercureError } from './challenge.ts';
-import { type Role, Issuers } from './issuers.ts';
+import { DETAIL_TYPE, type Role, Issuers } from './issuers.ts';
 import {
   MAX_PATTERN_LENGTH,
   MatcherError,
@@ -34,7 +34,7 @@ import {
 
 export { sendMercureError };
 
-export const DETAIL_TYPE = 'https://mercure.rocks/authorization-detail';
+export { DETAIL_TYPE };
 /** Limits on a token's Mercure details (draft: over a limit is `invalid_token`). */
 export const MAX_DETAILS = 32;
 export const MAX_DETAIL_TOPICS = 100;

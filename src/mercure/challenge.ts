@@ -7,9 +7,9 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { FastifyReply } from 'fastify';
+import { HUB_PATH } from './publish.ts';
 
-/** The hub's path; the metadata path is derived from it (RFC 9728 §3.1). */
-export const HUB_PATH = '/.well-known/mercure';
+/** The metadata path, derived from the hub's (RFC 9728 §3.1). */
 export const PRM_PATH = `/.well-known/oauth-protected-resource${HUB_PATH}`;
 
 export type MercureFailure = {

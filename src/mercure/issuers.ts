@@ -8,10 +8,15 @@
  * Lifecycle: built once at start from configuration (keys are read from files then; a bad key or
  * file stops start-up with a message naming the entry); immutable afterwards.
  */
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { type JWTPayload, decodeJwt, decodeProtectedHeader } from 'jose';
+import { type JWTPayload, SignJWT, decodeJwt, decodeProtectedHeader } from 'jose';
 import { CLOCK_TOLERANCE_S, type KeySet, TokenError, loadKeySet } from '../auth/tokens.ts';
 import type { Config, MercureIssuerConfig } from '../config.ts';
+import type { TopicSelector } from './match.ts';
+
+/** The type of the hub's authorization details (draft §Authorization Details). */
+export const DETAIL_TYPE = 'https://mercure.rocks/authorization-detail';
 
 export type Role = 'publish' | 'subscribe';
 
@@ -99,4 +104,46 @@ export class Issuers {
     }
     throw last;
   }
+}
+
+export interface MercureMintOptions {
+  /** HS256 secret of the issuer (at least 32 bytes). */
+  secret: string;
+  iss: string;
+  /** The hub's resource identifier (MERCURE_RESOURCE). */
+  aud: string;
+  /** Seconds, or a jose time span ('1h', '15m'). */
+  ttl: number | string;
+  sub?: string;
+  publish?: TopicSelector[];
+  subscribe?: TopicSelector[];
+  /** The subscribe entry's payload (shown in subscription events). */
+  payload?: Record<string, unknown>;
+}
+
+/**
+ * Mints an HS256 RFC 9068 access token for the hub (the token CLI, development). Production tokens
+ * come from the application or an authorization server, with the same claims.
+ */
+export async function mintMercureToken(o: MercureMintOptions): Promise<string> {
+  const topics = (sels: TopicSelector[]) => sels.map((s) => ({ match: s.match, match_type: s.matchType }));
+  const details: Record<string, unknown>[] = [];
+  if (o.publish?.length) details.push({ type: DETAIL_TYPE, actions: ['publish'], topics: topics(o.publish) });
+  if (o.subscribe?.length) {
+    details.push({
+      type: DETAIL_TYPE,
+      actions: ['subscribe'],
+      topics: topics(o.subscribe),
+      ...(o.payload ? { payload: o.payload } : {}),
+    });
+  }
+  const jwt = new SignJWT({ client_id: o.iss, authorization_details: details })
+    .setProtectedHeader({ alg: 'HS256', typ: 'at+jwt' })
+    .setIssuer(o.iss)
+    .setAudience(o.aud)
+    .setSubject(o.sub ?? 'dev')
+    .setIssuedAt()
+    .setJti(`urn:uuid:${randomUUID()}`)
+    .setExpirationTime(typeof o.ttl === 'number' ? Math.floor(Date.now() / 1000) + o.ttl : o.ttl);
+  return jwt.sign(new TextEncoder().encode(o.secret));
 }
