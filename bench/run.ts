@@ -31,7 +31,7 @@ const HELP = `npm run bench -- [flags]
 
   --quick                 smoke run, under 2 minutes (short runs, smaller scales)
   --scenarios 1,2,3,4,5,6 which scenarios to run (default all)
-  --peers LIST            peers to measure: naive,naive-nonotify,http-ceiling,nats,redis
+  --peers LIST            peers to measure: naive,naive-nonotify,http-ceiling,raw-fanout,nats,redis
                           (default all)
   --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 1)
   --conns LIST            scenario 1 connections (default 1,16,64,256)
@@ -51,7 +51,8 @@ const HELP = `npm run bench -- [flags]
   --no-analyze            scenario 5: do not ANALYZE after the preload (as with autovacuum off)
   --stall-ms MS           scenario 6 held-transaction time (default 2000)
   --db NAME               database, dropped and created afresh (default commitfeed_bench)
-  --port N                commitfeed port (default 3210); the naive peer uses --naive-port (3211)
+  --port N                commitfeed port (default 3210); the naive peer uses --naive-port (3211),
+                          scenario 4's raw broadcaster --raw-port (3212)
   --server-env K=V,...    extra environment for the commitfeed server (e.g. POOL_SIZE=20)
   --server-dir DIR        run commitfeed from DIR instead of this working tree
   --server-commit REF     run commitfeed as committed at REF (exported to a temp dir), so edits
@@ -88,6 +89,7 @@ function parseOptions(argv: string[]): Options {
       db: { type: 'string' },
       port: { type: 'string' },
       'naive-port': { type: 'string' },
+      'raw-port': { type: 'string' },
       'server-env': { type: 'string' },
       'server-dir': { type: 'string' },
       'server-commit': { type: 'string' },
@@ -120,7 +122,7 @@ function parseOptions(argv: string[]): Options {
   return {
     quick: q,
     scenarios: list(v.scenarios, [1, 2, 3, 4, 5, 6]),
-    peers: (v.peers ?? 'naive,naive-nonotify,http-ceiling,nats,redis').split(',').filter(Boolean),
+    peers: (v.peers ?? 'naive,naive-nonotify,http-ceiling,raw-fanout,nats,redis').split(',').filter(Boolean),
     durationSec: num(v.duration, 10, 1),
     warmupSec: q ? 0.5 : 2,
     conns: list(v.conns, [1, 16, 64, 256]),
@@ -142,6 +144,7 @@ function parseOptions(argv: string[]): Options {
     db,
     port: num(v.port, 3210),
     naivePort: num(v['naive-port'], 3211),
+    rawPort: num(v['raw-port'], 3212),
     cpuProf: v['cpu-prof'] ?? false,
     serverEnv,
     serverDir: v['server-commit'] ? exportCommit(v['server-commit']) : resolve(v['server-dir'] ?? '.'),

@@ -29,6 +29,8 @@ export interface Options {
   db: string;
   port: number;
   naivePort: number;
+  /** Scenario 4's raw node:http broadcaster peer. */
+  rawPort: number;
   cpuProf: boolean;
   serverEnv: Record<string, string>;
   /** Where commitfeed's src/main.ts is run from. */

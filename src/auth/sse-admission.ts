@@ -45,7 +45,8 @@ export function admitSse(
   }
   let timer: NodeJS.Timeout | undefined;
   let closed = false;
-  reply.raw.once('close', () => {
+  // `on`, not `once`: close fires once anyway, and a once-wrapper per open stream is memory for nothing.
+  reply.raw.on('close', () => {
     closed = true;
     clearTimeout(timer);
     if (id === '') return;

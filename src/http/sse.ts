@@ -49,35 +49,60 @@ export function openSse(
     res.end();
     return responseSink(res);
   }
+  // Headers on their own first: written alone, the header block is flattened by the socket write,
+  // where sent with the first chunk it stays the tree of ~25 string pieces Node built it from, held
+  // by the response for the life of the stream (~0.8 KB on each of 10,000 connections).
+  res.flushHeaders();
   res.write(`retry: ${retryMs}\n${first}`);
   return responseSink(res);
 }
 
+/**
+ * The hub's Sink over a response. A class rather than an object of closures: a server holding
+ * 10,000 streams keeps one of these per connection, and methods on the prototype cost nothing each.
+ */
+class ResponseSink implements Sink {
+  private drain: Promise<void> | undefined;
+
+  constructor(private readonly res: ServerResponse) {}
+
+  // After end (a HEAD, or a stream ended while a write was queued), writes are dropped.
+  write(chunk: string): boolean {
+    const res = this.res;
+    return !res.destroyed && !res.writableEnded && res.write(chunk);
+  }
+
+  drained(): Promise<void> {
+    const res = this.res;
+    if (res.destroyed || res.writableEnded) return Promise.resolve();
+    this.drain ??= new Promise<void>((resolve) => {
+      const done = () => {
+        res.off('drain', done);
+        res.off('close', done);
+        this.drain = undefined;
+        resolve();
+      };
+      res.on('drain', done);
+      res.on('close', done);
+    });
+    return this.drain;
+  }
+
+  end(chunk?: string): void {
+    if (this.res.writableEnded) return;
+    if (chunk) this.res.end(chunk);
+    else this.res.end();
+  }
+
+  destroy(): void {
+    this.res.destroy();
+  }
+
+  buffered(): number {
+    return this.res.writableLength;
+  }
+}
+
 function responseSink(res: ServerResponse): Sink {
-  let drain: Promise<void> | undefined;
-  return {
-    // After end (a HEAD, or a stream ended while a write was queued), writes are dropped.
-    write: (chunk) => !res.destroyed && !res.writableEnded && res.write(chunk),
-    drained() {
-      if (res.destroyed || res.writableEnded) return Promise.resolve();
-      drain ??= new Promise<void>((resolve) => {
-        const done = () => {
-          res.off('drain', done);
-          res.off('close', done);
-          drain = undefined;
-          resolve();
-        };
-        res.on('drain', done);
-        res.on('close', done);
-      });
-      return drain;
-    },
-    end(chunk) {
-      if (res.writableEnded) return;
-      if (chunk) res.end(chunk);
-      else res.end();
-    },
-    destroy: () => res.destroy(),
-    buffered: () => res.writableLength,
-  };
+  return new ResponseSink(res);
 }
