@@ -25,12 +25,13 @@ import { markdownTable, plotSvg, textTable } from './lib/report.ts';
 import { machineBusyCores, machineFacts, setBenchDatabase } from './lib/sys.ts';
 import { scenario5 } from './scenarios/catchup.ts';
 import { scenario3, scenario4, scenario6 } from './scenarios/delivery.ts';
+import { BENCH_MERCURE_ENV, scenario7 } from './scenarios/mercure.ts';
 import { scenario1, scenario2 } from './scenarios/publish.ts';
 
 const HELP = `npm run bench -- [flags]
 
   --quick                 smoke run, under 2 minutes (short runs, smaller scales)
-  --scenarios 1,2,3,4,5,6 which scenarios to run (default all)
+  --scenarios 1,...,7     which scenarios to run (default all)
   --peers LIST            peers to measure: naive,naive-nonotify,http-ceiling,raw-fanout,nats,redis
                           (default all)
   --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 1)
@@ -45,6 +46,8 @@ const HELP = `npm run bench -- [flags]
   --fanout-streams N      scenario 4 streams shared by the connections (default 10)
   --fanout-rate N         scenario 4 events/s (default 100)
   --fanout-duration S     scenario 4 seconds of publishing (default 10; quick 3)
+  --mercure-subs N        scenario 7 SSE subscribers per API (default 1000; quick 200)
+  --mercure-rate N        scenario 7 fan-out updates/s (default 200)
   --catchup-events N      scenario 5 preloaded events (default 1000000; quick 100000)
   --preload http|sql      scenario 5 preload through the API (default) or straight SQL
   --catchup-timeout S     scenario 5 gives up catching up after S seconds (default 180; quick 60)
@@ -81,6 +84,8 @@ function parseOptions(argv: string[]): Options {
       'fanout-streams': { type: 'string' },
       'fanout-rate': { type: 'string' },
       'fanout-duration': { type: 'string' },
+      'mercure-subs': { type: 'string' },
+      'mercure-rate': { type: 'string' },
       'catchup-events': { type: 'string' },
       preload: { type: 'string' },
       'catchup-timeout': { type: 'string' },
@@ -121,7 +126,7 @@ function parseOptions(argv: string[]): Options {
   if (!/^[a-z_][a-z0-9_]*$/.test(db)) throw new Error('--db must be a plain lower-case identifier');
   return {
     quick: q,
-    scenarios: list(v.scenarios, [1, 2, 3, 4, 5, 6]),
+    scenarios: list(v.scenarios, [1, 2, 3, 4, 5, 6, 7]),
     peers: (v.peers ?? 'naive,naive-nonotify,http-ceiling,raw-fanout,nats,redis').split(',').filter(Boolean),
     durationSec: num(v.duration, 10, 1),
     warmupSec: q ? 0.5 : 2,
@@ -136,6 +141,8 @@ function parseOptions(argv: string[]): Options {
     fanoutStreams: num(v['fanout-streams'], 10),
     fanoutRate: num(v['fanout-rate'], 100),
     fanoutDurationSec: num(v['fanout-duration'], 10, 3),
+    mercureSubs: num(v['mercure-subs'], 1000, 200),
+    mercureRate: num(v['mercure-rate'], 200),
     catchupEvents: num(v['catchup-events'], 1_000_000, 100_000),
     preload,
     catchupTimeoutSec: num(v['catchup-timeout'], 180, 60),
@@ -218,6 +225,8 @@ async function startCommitfeed(opts: Options, dbUrl: string): Promise<Server> {
       HOST: '127.0.0.1',
       DATABASE_URL: dbUrl,
       LOG_LEVEL: 'warn',
+      // The Mercure hub is on in every run (scenario 7 measures it beside the native API).
+      ...BENCH_MERCURE_ENV,
       ...opts.serverEnv,
     },
     logFile: log,
@@ -377,6 +386,7 @@ async function main(): Promise<void> {
       4: scenario4,
       5: scenario5,
       6: scenario6,
+      7: scenario7,
     };
     for (const n of opts.scenarios) {
       const run = scenarios[n];

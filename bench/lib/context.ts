@@ -21,6 +21,9 @@ export interface Options {
   fanoutStreams: number;
   fanoutRate: number;
   fanoutDurationSec: number;
+  /** Scenario 7: SSE subscribers per API, and the publish rate of its fan-out runs. */
+  mercureSubs: number;
+  mercureRate: number;
   catchupEvents: number;
   preload: 'http' | 'sql';
   catchupTimeoutSec: number;

@@ -9,7 +9,7 @@ import type { CeilingArgs, CeilingResult } from '../workers/pg-ceiling.ts';
 import type { HttpLoadArgs, HttpLoadResult } from '../workers/http-load.ts';
 import type { PublisherArgs, PublisherResult } from '../workers/publisher.ts';
 
-interface Point {
+export interface Point {
   eventsPerSec: number;
   p50: number;
   p90: number;
@@ -20,20 +20,20 @@ interface Point {
   cpu: string;
 }
 
-interface System {
+export interface System {
   name: string;
   target: Target;
   /** pid whose CPU is the "server" column. */
   serverPid?: number;
 }
 
-function cpuCell(a: CpuMark, b: CpuMark, loaderSec: number): string {
+export function cpuCell(a: CpuMark, b: CpuMark, loaderSec: number): string {
   const c = coresUsed(a, b);
   const sec = (b.at - a.at) / 1000;
   return `${c.server.toFixed(2)} / ${c.postgres.toFixed(2)} / ${(loaderSec / sec).toFixed(2)} / ${c.machine.toFixed(2)}`;
 }
 
-const CPU_NOTE =
+export const CPU_NOTE =
   "CPU columns are cores in use during the run: server / postgres (the bench database's backends and the cluster's background processes) / load generator / whole machine (2 cores = 2.00; anything above the sum of the first three is other work on the machine).";
 
 /** Long-lived load processes, one per kind, each running one measurement after another. */
@@ -60,7 +60,7 @@ export class Loaders {
   }
 }
 
-async function httpPoint(
+export async function httpPoint(
   ctx: Ctx,
   loaders: Loaders,
   sys: System,
@@ -68,12 +68,14 @@ async function httpPoint(
   body: string,
   conns: number,
   sec: number,
+  headers?: Record<string, string>,
 ): Promise<Point> {
   const args: HttpLoadArgs = {
     url: `http://127.0.0.1:${sys.target.port}${path}`,
     body,
     connections: conns,
     durationSec: sec,
+    headers,
   };
   const w = loaders.get('http');
   const a = cpuMark(sys.serverPid);

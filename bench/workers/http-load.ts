@@ -9,6 +9,8 @@ export interface HttpLoadArgs {
   body: string;
   connections: number;
   durationSec: number;
+  /** Request headers (default: a JSON content type); a Mercure publish sends a form and a token. */
+  headers?: Record<string, string>;
 }
 
 export interface HttpLoadResult {
@@ -27,7 +29,7 @@ serveJobs(async (args) => {
   const r = await autocannon({
     url: a.url,
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: a.headers ?? { 'content-type': 'application/json' },
     body: a.body,
     connections: a.connections,
     pipelining: 1,

@@ -11,7 +11,16 @@ import { Redis } from 'ioredis';
 import { connect, type JetStreamClient, type NatsConnection } from 'nats';
 import { fromParent, runWorker, serveJobs, toParent, workerArgs } from '../lib/proc.ts';
 import { monoMs, Recorder } from '../lib/stats.ts';
-import { httpPath, natsSubject, postJson, REDIS_PORT, redisKey, type Target } from '../lib/targets.ts';
+import {
+  httpPath,
+  MERCURE_PATH,
+  mercureForm,
+  natsSubject,
+  postJson,
+  REDIS_PORT,
+  redisKey,
+  type Target,
+} from '../lib/targets.ts';
 
 export interface PublisherArgs {
   target: Target;
@@ -63,6 +72,24 @@ async function makePublisher(
           `{"type":"bench","data":${payload}}`,
         );
         if (res.status !== 201) throw new Error(`HTTP ${res.status}: ${res.body.slice(0, 200)}`);
+      },
+      async close() {
+        agent.destroy();
+      },
+    };
+  }
+  if (target.kind === 'mercure') {
+    // The Mercure hub: a form POST with the stream's topic and the payload as `data`; 200 + the id.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: connections });
+    const port = target.port!;
+    const headers = {
+      'content-type': 'application/x-www-form-urlencoded',
+      authorization: `Bearer ${target.token ?? ''}`,
+    };
+    return {
+      async publish(stream, payload) {
+        const res = await postJson(agent, port, MERCURE_PATH, mercureForm(stream, payload), headers);
+        if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${res.body.slice(0, 200)}`);
       },
       async close() {
         agent.destroy();

@@ -12,12 +12,14 @@ import { connect, consumerOpts, type NatsConnection } from 'nats';
 import { SseConnection } from '../lib/sse-client.ts';
 import { fromParent, runWorker, toParent, workerArgs } from '../lib/proc.ts';
 import { monoMs, Recorder, summarize } from '../lib/stats.ts';
-import { natsSubject, REDIS_PORT, redisKey } from '../lib/targets.ts';
+import { mercureSubscribePath, natsSubject, REDIS_PORT, redisKey } from '../lib/targets.ts';
 
 export interface SubscriberArgs {
   kind: 'sse' | 'nats' | 'redis';
   /** sse: server port. */
   port?: number;
+  /** sse: subscribe on the Mercure hub (one exact topic per subscriber) instead of the native route. */
+  mercure?: boolean;
   /** One entry per subscriber: the stream it reads. */
   streams: string[];
   /** sse: where to start (default latest). */
@@ -159,7 +161,10 @@ runWorker(async () => {
     const port = a.port!;
     const from = a.from ?? 'latest';
     const open = (sub: Sub, onReady: (ok: boolean, why?: string) => void) => {
-      const path = `/v1/streams/${encodeURIComponent(sub.stream)}/events${sub.lastId === undefined ? `?from=${from}` : ''}`;
+      // The hub starts a subscription without Last-Event-ID at the live end (no `from`).
+      const path = a.mercure
+        ? mercureSubscribePath(sub.stream)
+        : `/v1/streams/${encodeURIComponent(sub.stream)}/events${sub.lastId === undefined ? `?from=${from}` : ''}`;
       let settled = false;
       let fallback: NodeJS.Timeout | undefined;
       const openedAt = monoMs();
