@@ -2,7 +2,9 @@
  * Shared test plumbing: a migrated database per test (cloned from the run's template), servers that
  * are always stopped, an SSE reader, bounded waits on conditions.
  */
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { isPrimer, parseSse, type SseMessage, textChunks } from '../src/client/sse.ts';
@@ -78,6 +80,46 @@ export async function startTestServer(
   const server = await startServer(config);
   t.teardown(() => server.close());
   return server;
+}
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+
+/**
+ * Starts the real service (`node --import tsx src/main.ts`, PORT=0) as a child process, for tests
+ * that signal or kill it; resolves with its URL once it logs that it is ready. It is SIGKILLed at
+ * teardown if still running, so a failing test leaves no process behind.
+ */
+export function startService(
+  t: T,
+  databaseUrl: string,
+  env: Record<string, string> = {},
+): Promise<{ proc: ChildProcess; url: string }> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: '0', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.teardown(() => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+  });
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    proc.stdout!.setEncoding('utf8');
+    proc.stdout!.on('data', (chunk: string) => {
+      buf += chunk;
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        try {
+          const j = JSON.parse(line) as { msg?: string; url?: string };
+          if (j.msg === 'commitfeed ready' && j.url) resolve({ proc, url: j.url });
+        } catch {
+          // not a log line
+        }
+      }
+    });
+    proc.on('exit', (code) => reject(new Error(`service exited with ${code} before it was ready`)));
+  });
 }
 
 /** A Kysely instance of the test's own (for raw transactions), destroyed at teardown. */

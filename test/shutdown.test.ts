@@ -1,52 +1,16 @@
 // Graceful shutdown of a real process (`node --import tsx src/main.ts`): on SIGTERM it stops taking
 // new work, sends SSE clients a `retry:` hint and closes them, finishes the publish in flight (held
 // here on a row lock so it is certainly in flight), then exits 0.
-import { type ChildProcess, spawn } from 'node:child_process';
 import http from 'node:http';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import t from 'tap';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import { appendEvents } from '../src/feed/queries.ts';
-import { feedRows, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
-
-const ROOT = fileURLToPath(new URL('../', import.meta.url));
-
-function startService(
-  t: { teardown(fn: () => void): void },
-  databaseUrl: string,
-): Promise<{ proc: ChildProcess; url: string }> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    cwd: ROOT,
-    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: '0', LOG_LEVEL: 'info', SSE_RETRY: '1234ms' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  t.teardown(() => {
-    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-  });
-  return new Promise((resolve, reject) => {
-    let buf = '';
-    proc.stdout!.setEncoding('utf8');
-    proc.stdout!.on('data', (chunk: string) => {
-      buf += chunk;
-      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        try {
-          const j = JSON.parse(line) as { msg?: string; url?: string };
-          if (j.msg === 'commitfeed ready' && j.url) resolve({ proc, url: j.url });
-        } catch {
-          // not a log line
-        }
-      }
-    });
-    proc.on('exit', (code) => reject(new Error(`service exited with ${code} before it was ready`)));
-  });
-}
+import { feedRows, sqlClient, startService, startTestServer, testDatabase, until } from './helpers.ts';
 
 t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0', async (t) => {
   const dbUrl = await testDatabase(t);
-  const { proc, url } = await startService(t, dbUrl);
+  const { proc, url } = await startService(t, dbUrl, { SSE_RETRY: '1234ms' });
   const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
   const db = sqlClient(t, dbUrl);
 
@@ -136,7 +100,7 @@ t.test(
   'SIGTERM under concurrent publishes and enqueues: every request gets an answer, 201 stored, 503 not',
   async (t) => {
     const dbUrl = await testDatabase(t);
-    const { proc, url } = await startService(t, dbUrl);
+    const { proc, url } = await startService(t, dbUrl, { SSE_RETRY: '1234ms' });
     const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
     const db = sqlClient(t, dbUrl);
     const { port } = new URL(url);
