@@ -20,7 +20,7 @@ import { healthRoutes } from './ops/health.ts';
 import { MercureAuthorizer } from './mercure/authorize.ts';
 import { discoveryRoutes } from './mercure/discovery.ts';
 import { lastUpdateId } from './mercure/queries.ts';
-import { mercureRoutes } from './mercure/routes.ts';
+import { type MercureStats, mercureRoutes, newMercureStats } from './mercure/routes.ts';
 import { ActiveSubscriptions, subscriptionRoutes } from './mercure/subscriptions.ts';
 import { liveRoutes } from './ops/live.ts';
 import { metricsRoutes } from './ops/metrics.ts';
@@ -93,7 +93,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerDocs(app);
   uiRoutes(app);
   healthRoutes(app, deps);
-  metricsRoutes(app, deps);
+  const mercureStats = newMercureStats();
+  metricsRoutes(app, { ...deps, mercure: mercureStats });
   if (deps.sampler) liveRoutes(app, { sampler: deps.sampler, config: deps.config });
   streamRoutes(app, deps);
   streamListRoutes(app, deps);
@@ -102,7 +103,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     flowRoutes(app, { ...deps, follower: deps.follower, scheduler: deps.scheduler });
   }
   txRoutes(app, deps);
-  await mercureHub(app, deps);
+  await mercureHub(app, deps, mercureStats);
   return app;
 }
 
@@ -110,7 +111,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
  * The Mercure hub: its authorizer (MERCURE_ISSUERS), the hub routes, the discovery metadata and, with
  * MERCURE_SUBSCRIPTIONS, active subscriptions (their lease starts with the app and ends with it).
  */
-async function mercureHub(app: FastifyInstance, deps: AppDeps): Promise<void> {
+async function mercureHub(app: FastifyInstance, deps: AppDeps, stats: MercureStats): Promise<void> {
   const authorizer = new MercureAuthorizer(deps.config, app.log);
   let subscriptions: ActiveSubscriptions | undefined;
   if (deps.config.mercureSubscriptions) {
@@ -134,6 +135,6 @@ async function mercureHub(app: FastifyInstance, deps: AppDeps): Promise<void> {
     });
     subscriptions = active;
   }
-  await mercureRoutes(app, { ...deps, authorizer, subscriptions });
+  await mercureRoutes(app, { ...deps, authorizer, subscriptions, stats });
   discoveryRoutes(app, deps.config, { subscriptions: subscriptions !== undefined });
 }

@@ -3,7 +3,7 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { appendEvents } from '../src/feed/queries.ts';
-import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { openSse, pgClient, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 import { type Claimed, ack, claim, enqueue, nack, timed, until } from './queue-helpers.ts';
 
 /** The value of one sample line (`name{labels} value`), or undefined when absent. */
@@ -48,6 +48,54 @@ t.test('counters follow publishes, SSE connections and delivered frames', async 
   t.equal(sample(text, 'commitfeed_sse_slow_dropped_total'), 0);
   t.ok(text.includes('commitfeed_process_resident_memory_bytes'), 'process metrics');
 });
+
+t.test(
+  'Mercure counters: updates published through the hub, subscribers connected, frames written',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const server = await startTestServer(t, dbUrl);
+    const hub = `${server.url}/.well-known/mercure`;
+    const sub = (topic: string) => `${hub}?${new URLSearchParams({ match: topic })}`;
+    const post = async (data: string) => {
+      const res = await fetch(hub, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ topic: 'urn:m', data }).toString(),
+      });
+      t.equal(res.status, 200);
+      return res.text();
+    };
+    const before = await scrape(server.url);
+    t.equal(sample(before, 'commitfeed_mercure_updates_published_total'), 0);
+    t.equal(sample(before, 'commitfeed_mercure_subscribers'), 0);
+    t.equal(sample(before, 'commitfeed_mercure_frames_total'), 0);
+
+    const live = await openSse(t, sub('urn:m'));
+    await openSse(t, sub('urn:other'));
+    const first = await post('1');
+    await post('2');
+    // From the application's transaction: a frame, but not a hub publish.
+    const pg = await pgClient(t, dbUrl);
+    await pg.query("select commitfeed.mercure_publish('urn:m', 'sql')");
+    await live.waitFor(3);
+    // A native publish and native SSE are not Mercure's.
+    t.equal((await publish(server.url, 'n', { data: 1 })).status, 201);
+    const resumed = await openSse(t, sub('urn:m'), { 'last-event-id': first });
+    await resumed.waitFor(2);
+    let text = await scrape(server.url);
+    t.equal(sample(text, 'commitfeed_mercure_updates_published_total'), 2, 'two hub publishes');
+    t.equal(sample(text, 'commitfeed_mercure_subscribers'), 3, 'three subscribers');
+    t.equal(sample(text, 'commitfeed_mercure_frames_total'), 5, '3 live frames + 2 catch-up frames');
+    resumed.close();
+    await until(
+      async () => sample(await scrape(server.url), 'commitfeed_mercure_subscribers') === 2,
+      10_000,
+      'the closed subscriber to leave the gauge',
+    );
+    text = await scrape(server.url);
+    t.equal(sample(text, 'commitfeed_mercure_frames_total'), 5, 'frames is a counter: unchanged by a close');
+  },
+);
 
 t.test('a writing transaction held open shows as a horizon stall naming its backend', async (t) => {
   const dbUrl = await testDatabase(t);

@@ -27,8 +27,22 @@ import { givenId, resolveResume } from './resume.ts';
 import { MercureSelection, compileRequestSelectors, subscribeRequest } from './subscribe.ts';
 import { type ActiveSubscriptions, newSubscriberId } from './subscriptions.ts';
 
+/** This process's hub counters, read by /metrics at scrape time (plain fields: nothing on the hot path). */
+export interface MercureStats {
+  /** Updates committed through `POST /.well-known/mercure` (not the SQL function or /v1/tx). */
+  published: number;
+  /** Open subscriber connections. */
+  subscribers: number;
+  /** Update frames written to subscribers, live and catch-up. */
+  frames: number;
+}
+
+export const newMercureStats = (): MercureStats => ({ published: 0, subscribers: 0, frames: 0 });
+
 export interface MercureDeps {
   config: Config;
+  /** Counters for /metrics (default: kept but not reported). */
+  stats?: MercureStats;
   db: Db;
   feed: Feed;
   /** Default: one built from the configuration (MERCURE_ISSUERS, MERCURE_RESOURCE, ...). */
@@ -41,6 +55,7 @@ const MAX_TIMER_MS = 2_147_483_647;
 
 export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Promise<void> {
   const { config, db, feed } = deps;
+  const stats = deps.stats ?? newMercureStats();
   const authorizer = deps.authorizer ?? new MercureAuthorizer(config, app.log);
   const hub = authorizer.hub;
   const batcher = new Batcher<MercureUpdate, string>(db, {
@@ -99,6 +114,7 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
           if (!no.ok) return sendMercureError(reply, no);
         }
         const [id] = await batcher.publish([update]);
+        stats.published++;
         return reply.type('text/plain; charset=utf-8').send(id);
       },
     );
@@ -163,6 +179,7 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
           canRead: (topics) => authorizer.canRead(grants, topics),
           endOnReset: resume.found,
           retryMs: config.sseRetryMs,
+          stats,
         });
         // The priming frame is an id alone: browsers take it as lastEventId without firing an event.
         const sink = openSse(reply, resume.primedId, config.sseRetryMs, `id: ${resume.primedId}\n\n`);
@@ -171,7 +188,9 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
         const conn = active && { subscriber: newSubscriberId(), selectors: req.selectors, grants };
         if (active && conn) void active.opened(conn);
         let expiry: NodeJS.Timeout | undefined;
+        stats.subscribers++;
         reply.raw.on('close', () => {
+          stats.subscribers--;
           clearTimeout(expiry);
           feed.hub.unsubscribe(sub);
           if (active && conn) void active.closed(conn);

@@ -99,6 +99,8 @@ export interface MercureSelectionOptions {
    * reconnect hears `Mercure-Last-Event-ID: earliest` (see resume.ts). */
   endOnReset: boolean;
   retryMs: number;
+  /** The hub's counters (frames written) for /metrics. */
+  stats?: { frames: number };
 }
 
 export class MercureSelection implements Selection {
@@ -123,6 +125,7 @@ export class MercureSelection implements Selection {
 
   frame(e: FeedEvent): string {
     this.delivered++;
+    if (this.opts.stats) this.opts.stats.frames++;
     return mercureFrame(e);
   }
 

@@ -34,6 +34,7 @@ import type { Queues } from '../queues/queues.ts';
 import { type FeedStats, feedStats } from '../retention/partitions.ts';
 import { horizonBlocker } from './horizon.ts';
 import type { Follower } from '../flows/follower.ts';
+import type { MercureStats } from '../mercure/routes.ts';
 import { registerFlowMetrics } from '../flows/metrics.ts';
 import type { Scheduler } from '../flows/scheduler.ts';
 
@@ -44,6 +45,8 @@ export interface MetricsDeps {
   follower?: Follower;
   scheduler?: Scheduler;
   pool?: pg.Pool;
+  /** The Mercure hub's counters (src/mercure/routes.ts). */
+  mercure?: MercureStats;
   /** METRICS_REQUIRE_ADMIN: with auth on, a token with `admin: true` is needed (else public). */
   config?: { metricsRequireAdmin: boolean };
 }
@@ -493,6 +496,24 @@ export function buildRegistry(deps: MetricsDeps): {
     'SSE subscribers dropped because their socket took nothing for SLOW_SUBSCRIBER_TIMEOUT',
     () => hub.stats.dropped,
   );
+  const mercure = deps.mercure;
+  if (mercure) {
+    mirror(
+      'commitfeed_mercure_updates_published_total',
+      'Mercure updates committed through POST /.well-known/mercure (not the SQL function or /v1/tx)',
+      () => mercure.published,
+    );
+    gauge(
+      'commitfeed_mercure_subscribers',
+      'Open Mercure hub subscriber connections',
+      () => mercure.subscribers,
+    );
+    mirror(
+      'commitfeed_mercure_frames_total',
+      'Update frames written to Mercure subscribers (live and catch-up)',
+      () => mercure.frames,
+    );
+  }
   gauge(
     'commitfeed_sse_buffered_bytes',
     'Bytes written to SSE sockets and not yet taken by the clients',
