@@ -240,6 +240,26 @@ export async function until(
   }
 }
 
+/**
+ * `promise`, or a loud failure naming `what` after `ms`. The timer is cleared when the promise settles:
+ * a `Promise.race` against a bare setTimeout keeps the test process alive until the timer fires.
+ */
+export async function within<T>(promise: Promise<T>, ms: number, what: string | (() => string)): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(new Error(`timed out after ${ms} ms waiting for ${typeof what === 'string' ? what : what()}`)),
+      ms,
+    );
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Rows in the feed, in feed order. */
 export async function feedRows(
   db: Kysely<Database>,

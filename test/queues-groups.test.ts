@@ -3,7 +3,7 @@
 // with leases that run out and workers that vanish mid-job.
 import { sql } from 'kysely';
 import t from 'tap';
-import { sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
+import { sqlClient, startTestServer, testDatabase, until, within } from './helpers.ts';
 import { ack, api, claim, enqueue, nack } from './queue-helpers.ts';
 
 t.test('a group hands out one job at a time, in enqueue order; other groups go in parallel', async (t) => {
@@ -128,10 +128,7 @@ t.test(
         }
       }
     });
-    await Promise.race([
-      Promise.all(workers),
-      new Promise((_, reject) => setTimeout(() => reject(new Error(`stuck at ${done} jobs`)), 40000)),
-    ]);
+    await within(Promise.all(workers), 40000, () => `every job (stuck at ${done})`);
     stop = true;
     await watcher;
     t.equal(overlaps, 0, 'no moment with two live leases in one group');
@@ -192,10 +189,7 @@ t.test(
         }
       }
     });
-    await Promise.race([
-      Promise.all(workers),
-      new Promise((_, reject) => setTimeout(() => reject(new Error(`stuck at ${done} jobs`)), 30000)),
-    ]);
+    await within(Promise.all(workers), 30000, () => `every job (stuck at ${done})`);
     stop = true;
     await watcher;
     t.equal(seen.size, 30, 'every job handed out');

@@ -4,7 +4,7 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { compareCursors } from '../src/feed/cursor.ts';
-import { sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
+import { sqlClient, startTestServer, testDatabase, until, within } from './helpers.ts';
 import { ack, claim, enqueue } from './queue-helpers.ts';
 
 // Claims wait far longer than any `until` below: a job found only when a wait ran out fails the test.
@@ -145,9 +145,6 @@ t.test('a woken claim whose client left hands its wake-up to the next waiter', a
   queues.wakeups.wake('handoff', 1);
   first.abort();
   t.same(await a, [], 'the claim that left returns nothing');
-  const jobs = await Promise.race([
-    b,
-    new Promise<never>((_, reject) => setTimeout(() => reject(new Error('wake-up not handed on')), 5000)),
-  ]);
+  const jobs = await within(b, 5000, 'the wake-up to be handed on');
   t.equal(jobs.length, 1, 'the next waiter was woken and claimed the job');
 });

@@ -4,7 +4,7 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { isPrimer, parseSse, splitEventId, textChunks } from '../src/client/sse.ts';
-import { emptyDatabase, publish, sleep, sqlClient, startTestServer } from './helpers.ts';
+import { emptyDatabase, publish, sleep, sqlClient, startTestServer, within } from './helpers.ts';
 
 t.test('three replicas: one migration run, and every publish reaches the others', async (t) => {
   // Empty, not cloned from the migrated template: the replicas' start-up must do the migrating.
@@ -68,7 +68,7 @@ t.test('three replicas: one migration run, and every publish reaches the others'
     sentAt.set(r.body.id, t0);
     await sleep(5);
   }
-  await Promise.race([Promise.all([onB.done, onC.done]), sleep(20000)]);
+  await within(Promise.all([onB.done, onC.done]), 20000, 'replicas B and C to deliver every event');
 
   const ids = [...sentAt.keys()];
   t.same(onB.got, ids, 'replica B delivered every event published on A, in order');
