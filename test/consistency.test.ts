@@ -4,7 +4,7 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { Batcher } from '../src/commit/batcher.ts';
 import { appendEvents } from '../src/feed/queries.ts';
-import type { CheckedEventInput } from '../src/feed/validate.ts';
+import type { CheckedEventInput } from '../src/feed/event.ts';
 import {
   feedRows,
   openSse,

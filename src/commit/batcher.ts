@@ -15,7 +15,7 @@
 import type { Db } from '../db/database.ts';
 import { isUnavailable } from '../db/database.ts';
 import { type AppendResult, appendCheckedEvents } from '../feed/queries.ts';
-import type { CheckedEventInput } from '../feed/validate.ts';
+import type { CheckedEventInput } from '../feed/event.ts';
 
 interface Pending<I, R> {
   events: readonly I[];

@@ -18,3 +18,15 @@ export interface FeedEvent extends Cursor {
   /** The frame for connections to several streams (its id names the stream), built on first use. */
   namedFrame?: string;
 }
+
+/** One event to append. `data` is JSON text (one line), stored and served back byte for byte. */
+export interface EventInput {
+  stream: string;
+  type: string | null;
+  key: string | null;
+  data: string;
+}
+
+declare const checked: unique symbol;
+/** An event toEventInput() accepted: only such events may skip the SQL checks (appendCheckedEvents). */
+export type CheckedEventInput = EventInput & { readonly [checked]: true };

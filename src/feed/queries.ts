@@ -10,20 +10,14 @@ import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 import { NAMED_SSE_FRAME_SQL, SSE_FRAME_SQL, lastFrameCursor } from './frames.ts';
-import type { CheckedEventInput } from './validate.ts';
+import type { CheckedEventInput, EventInput } from './event.ts';
 
 export type { FeedEvent } from './event.ts';
 
 /** The one channel every feed write notifies (payload empty: the feed, not the notify, is the truth). */
 export const FEED_CHANNEL = 'commitfeed_feed';
 
-/** One event to append. `data` is JSON text (one line), stored and served back byte for byte. */
-export interface EventInput {
-  stream: string;
-  type: string | null;
-  key: string | null;
-  data: string;
-}
+export type { EventInput } from './event.ts';
 
 export interface AppendResult {
   /** The event's cursor. */

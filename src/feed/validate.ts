@@ -5,7 +5,7 @@
  * test/validation-parity.test.ts checks that both sides accept and refuse the same inputs.
  */
 import { ApiError } from '../http/errors.ts';
-import type { EventInput } from './queries.ts';
+import type { CheckedEventInput } from './event.ts';
 
 /** Stream and queue names: 1–200 characters of [A-Za-z0-9._:-]. */
 export const NAME_PATTERN = '^[A-Za-z0-9._:-]{1,200}$';
@@ -64,10 +64,6 @@ export function assertKey(key: unknown, where: string, field = 'key'): asserts k
     );
   }
 }
-
-declare const checked: unique symbol;
-/** An event toEventInput() accepted: only such events may skip the SQL checks (appendCheckedEvents). */
-export type CheckedEventInput = EventInput & { readonly [checked]: true };
 
 /** The JSON body of one event, as accepted by the API. */
 export interface EventBody {
