@@ -136,6 +136,11 @@ export interface TailPage {
  * from the same statement (same snapshot) as the rows: reading it separately could skip rows that
  * commit in between.
  */
+/** The trim mark a range statement returns on its first row (`mark_txid`, `mark_id`; START when none). */
+export function trimMarkOf(row: { mark_txid?: string | null; mark_id?: string | null } | undefined): Cursor {
+  return { txid: Number(row?.mark_txid ?? 0), id: Number(row?.mark_id ?? 0) };
+}
+
 /** A feed row `f` as the tail and catch-up reads return it (see Row). */
 export const EVENT_COLUMNS =
   'f.txid, f.id, f.stream, f.type, f.key, f.data, extract(epoch from f.created_at)::float8 * 1000 as ms';
@@ -176,7 +181,7 @@ export async function readTail(db: Db, after: Cursor, limit: number): Promise<Ta
   return {
     horizon: Number(first.horizon),
     waiting: first.waiting,
-    trimMark: { txid: Number(first.mark_txid ?? 0), id: Number(first.mark_id ?? 0) },
+    trimMark: trimMarkOf(first),
     events: first.txid === null ? [] : rows.map(toEvent),
   };
 }
@@ -297,7 +302,7 @@ export async function readRangeFrames(
     xmin: string;
   }>(CompiledQuery.raw(text, [...rangeArgs(streams, after, upTo, limit), maxFrameBytes]));
   const r = rows[0];
-  const trimMark = { txid: Number(r.mark_txid ?? 0), id: Number(r.mark_id ?? 0) };
+  const trimMark = trimMarkOf(r);
   const more = r.fetched === limit;
   const horizon = Number(r.xmin);
   if (r.big > 0) return { frames: null, count: r.fetched, last: null, more, trimMark, horizon };

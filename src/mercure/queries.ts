@@ -7,7 +7,7 @@ import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import type { Cursor } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
-import { EVENT_COLUMNS, type Row, toEvent } from '../feed/queries.ts';
+import { EVENT_COLUMNS, type Row, toEvent, trimMarkOf } from '../feed/queries.ts';
 
 /**
  * Updates with any of the topics in $1 in (($2,$3), ($4,$5)], in feed order, at most $6, with the trim
@@ -57,7 +57,7 @@ export async function readTopicRange(
     ]),
   );
   const first = rows[0];
-  const trimMark = { txid: Number(first?.mark_txid ?? 0), id: Number(first?.mark_id ?? 0) };
+  const trimMark = trimMarkOf(first);
   return { events: first === undefined || first.txid === null ? [] : rows.map(toEvent), trimMark };
 }
 

@@ -19,7 +19,7 @@ import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
 import { namedSseFrame, resetFrame } from '../feed/frames.ts';
 import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
-import { EVENT_COLUMNS, type Row, toEvent } from '../feed/queries.ts';
+import { EVENT_COLUMNS, type Row, toEvent, trimMarkOf } from '../feed/queries.ts';
 import type { Tailer } from '../feed/tailer.ts';
 
 /** A stream parameter of /v1/events: a name, or a glob when it holds `*`. */
@@ -106,7 +106,7 @@ export class GlobSelection implements Selection {
       ]),
     );
     const first = rows[0];
-    const trimMark = { txid: Number(first?.mark_txid ?? 0), id: Number(first?.mark_id ?? 0) };
+    const trimMark = trimMarkOf(first);
     if (compareCursors(after, trimMark) < 0) {
       return { chunks: [], count: 0, position: trimMark, more: true, reset: trimMark };
     }
