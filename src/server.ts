@@ -17,7 +17,7 @@ import { buildApp } from './app.ts';
 import { resolveAuthMode } from './auth/mode.ts';
 import type { Config } from './config.ts';
 import { type Database, createDatabase } from './db/database.ts';
-import { type EmbeddedDatabase, startEmbeddedPostgres } from './db/embedded.ts';
+import { configuredDatabase } from './db/embedded.ts';
 import { migrate } from './db/migrate.ts';
 import { Feed } from './feed/feed.ts';
 import { watchHorizon } from './ops/horizon-watch.ts';
@@ -48,17 +48,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
   // An unsafe access-control setting fails before anything starts (see src/auth/mode.ts).
   resolveAuthMode(config);
   const log = pino({ level: config.logLevel === 'silent' ? 'silent' : config.logLevel });
-  let embedded: EmbeddedDatabase | undefined;
-  let databaseUrl = config.databaseUrl;
-  if (!databaseUrl) {
-    log.info({ dir: config.dataDir, port: config.embeddedPgPort }, 'starting embedded PostgreSQL');
-    embedded = await startEmbeddedPostgres({
-      dir: `${config.dataDir}/pg`,
-      port: config.embeddedPgPort,
-      log: (line) => log.debug({ pg: line }),
-    });
-    databaseUrl = embedded.url;
-  }
+  const { url: databaseUrl, embedded } = await configuredDatabase(config, log);
   const { db, pool, sessions } = createDatabase({
     url: databaseUrl,
     poolSize: config.poolSize,

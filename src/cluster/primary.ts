@@ -20,7 +20,7 @@ import cluster, { type Worker } from 'node:cluster';
 import pino from 'pino';
 import type { Config } from '../config.ts';
 import { createDatabase } from '../db/database.ts';
-import { type EmbeddedDatabase, startEmbeddedPostgres } from '../db/embedded.ts';
+import { configuredDatabase } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
 import { type ClusterMessage, type MetricJson, WORKER_ENV, isClusterMessage } from './worker.ts';
 
@@ -34,17 +34,7 @@ const COLLECT_TIMEOUT_MS = 2_000;
 /** Runs the primary until shutdown; resolves with the process exit code. */
 export async function runPrimary(config: Config): Promise<number> {
   const log = pino({ level: config.logLevel === 'silent' ? 'silent' : config.logLevel });
-  let embedded: EmbeddedDatabase | undefined;
-  let databaseUrl = config.databaseUrl;
-  if (!databaseUrl) {
-    log.info({ dir: config.dataDir, port: config.embeddedPgPort }, 'starting embedded PostgreSQL');
-    embedded = await startEmbeddedPostgres({
-      dir: `${config.dataDir}/pg`,
-      port: config.embeddedPgPort,
-      log: (line) => log.debug({ pg: line }),
-    });
-    databaseUrl = embedded.url;
-  }
+  const { url: databaseUrl, embedded } = await configuredDatabase(config, log);
   try {
     const { db } = createDatabase({ url: databaseUrl, poolSize: 2, statementTimeoutMs: 0, log });
     try {

@@ -93,3 +93,21 @@ async function assertReachableByOthers(dir: string): Promise<void> {
     if (d === path.dirname(d)) break;
   }
 }
+
+/**
+ * The database a process should use: DATABASE_URL when set, else the embedded server started here
+ * (under DATA_DIR/pg). The caller stops `embedded` when it shuts down.
+ */
+export async function configuredDatabase(
+  config: { databaseUrl?: string; dataDir: string; embeddedPgPort: number },
+  log: { info(obj: object, msg: string): void; debug(obj: object): void },
+): Promise<{ url: string; embedded?: EmbeddedDatabase }> {
+  if (config.databaseUrl) return { url: config.databaseUrl };
+  log.info({ dir: config.dataDir, port: config.embeddedPgPort }, 'starting embedded PostgreSQL');
+  const embedded = await startEmbeddedPostgres({
+    dir: `${config.dataDir}/pg`,
+    port: config.embeddedPgPort,
+    log: (line) => log.debug({ pg: line }),
+  });
+  return { url: embedded.url, embedded };
+}
