@@ -8,7 +8,9 @@
 //   npm run bench:queues [-- --quick] [-- --systems commitfeed-http,pg-boss] [-- --latency-rate 20]
 // Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust); the database commitfeed_qbench is
 // dropped and created. Each system's client runs in a process of its own (bench/workers/queue-load.ts);
-// commitfeed's server is started from this working tree.
+// commitfeed's server is started from this working tree. Every measure's jobs are deleted after it
+// (each system through its own means), so each measure starts on tables of equal size: jobs left
+// behind by earlier measures slow some systems' fetch queries (one shared jobs table) and not others.
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { benchFile } from './lib/context.ts';
@@ -107,6 +109,7 @@ async function main(): Promise<void> {
     const result = await w.run<MeasureResult>({ ...m, queue }, timeoutMs);
     const b = cpuMark(server.pid, [w.cp.pid!]);
     const c = coresUsed(a, b);
+    await w.run({ kind: 'purge', queue }, timeoutMs);
     return {
       result,
       cores: { load: c.extra, server: system === 'commitfeed-http' ? c.server : 0, postgres: c.postgres },
@@ -170,6 +173,7 @@ async function main(): Promise<void> {
           400_000,
         );
         const c = coresUsed(a, cpuMark(server.pid, [w.cp.pid!]));
+        await w.run({ kind: 'purge', queue }, 300_000);
         const cell: Cell = {
           result,
           cores: { load: c.extra, server: system === 'commitfeed-http' ? c.server : 0, postgres: c.postgres },

@@ -3,14 +3,17 @@
 // would write it: commitfeed over HTTP (fetch, keep-alive), commitfeed through its library and SQL
 // functions (enqueue via src/index.ts, claim and ack via the same statements the server runs),
 // pg-boss 10 (send / insert / work), graphile-worker 0.17 (addJob / addJobs / run).
+import { Agent } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { Logger, makeWorkerUtils, type Runner, run as runGraphile, type WorkerUtils } from 'graphile-worker';
 import PgBoss from 'pg-boss';
+import { sql } from 'kysely';
 import { createDatabase } from '../../src/db/database.ts';
 import { enqueue as cfEnqueue, enqueueMany as cfEnqueueMany } from '../../src/index.ts';
 import { claimJobs } from '../../src/queues/claim.ts';
 import { ackJobs } from '../../src/queues/settle.ts';
 import { serveJobs, workerArgs } from '../lib/proc.ts';
+import { postJson } from '../lib/targets.ts';
 
 export type System = 'commitfeed-http' | 'commitfeed-sql' | 'pg-boss' | 'graphile-worker';
 
@@ -27,7 +30,9 @@ export type Measure =
   | { kind: 'enqueue'; queue: string; senders: number; batch: number; seconds: number }
   | { kind: 'preload'; queue: string; jobs: number }
   | { kind: 'process'; queue: string; workers: number; jobs: number; timeoutSec: number }
-  | { kind: 'latency'; queue: string; workers: number; jobs: number; rate: number };
+  | { kind: 'latency'; queue: string; workers: number; jobs: number; rate: number }
+  /** Deletes the queue's jobs (whatever their state), so later measures start on equal tables. */
+  | { kind: 'purge'; queue: string };
 
 export interface MeasureResult {
   /** jobs/s (enqueue, process), or NaN. */
@@ -49,6 +54,8 @@ interface Adapter {
     jobs: number,
     onJob: (p: { t?: number }) => void,
   ): Promise<void>;
+  /** Removes every job of `queue`. */
+  purge(queue: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -81,18 +88,16 @@ function counter(target: number) {
 }
 
 async function http(): Promise<Adapter> {
-  // Node's fetch keeps connections alive and opens as many per origin as there are requests in flight.
-  const base = args.baseUrl;
+  // node:http with a keep-alive agent: an HTTP client costs the load process far less CPU per request
+  // than fetch (undici), CPU the server under test would otherwise lose on this shared machine.
+  const port = Number(new URL(args.baseUrl).port);
+  const agent = new Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
   const post = async (path: string, body: unknown) => {
-    const res = await fetch(`${base}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
-    const text = await res.text();
-    if (res.status >= 300) throw new Error(`${path}: ${res.status} ${text.slice(0, 200)}`);
-    return text === '' ? undefined : JSON.parse(text);
+    const res = await postJson(agent, port, path, JSON.stringify(body));
+    if (res.status >= 300) throw new Error(`${path}: ${res.status} ${res.body.slice(0, 200)}`);
+    return res.body === '' ? undefined : JSON.parse(res.body);
   };
+  const sqlAdapter = await library();
   return {
     async enqueue(queue, payloads) {
       await post(
@@ -121,7 +126,11 @@ async function http(): Promise<Adapter> {
       stop = true;
       await Promise.all(loops);
     },
-    async close() {},
+    purge: (queue) => sqlAdapter.purge(queue),
+    async close() {
+      agent.destroy();
+      await sqlAdapter.close();
+    },
   };
 }
 
@@ -165,6 +174,9 @@ async function library(): Promise<Adapter> {
       await c.done;
       stop = true;
       await Promise.all(loops);
+    },
+    async purge(queue) {
+      await sql`delete from commitfeed.jobs where queue = ${queue}`.execute(db);
     },
     async close() {
       await db.destroy();
@@ -234,6 +246,10 @@ async function pgBoss(): Promise<Adapter> {
       await c.done;
       await boss.offWork(queue);
     },
+    async purge(queue) {
+      await boss.deleteQueue(queue);
+      made.delete(queue);
+    },
     async close() {
       await boss.stop({ graceful: false, wait: false });
     },
@@ -271,6 +287,15 @@ async function graphile(): Promise<Adapter> {
       });
       await c.done;
       await runner.stop();
+    },
+    async purge(queue) {
+      await utils.withPgClient((client) =>
+        client.query(
+          `delete from graphile_worker._private_jobs j using graphile_worker._private_tasks t
+           where j.task_id = t.id and t.identifier = $1`,
+          [queue],
+        ),
+      );
     },
     async close() {
       await utils.release();
@@ -312,15 +337,28 @@ async function handle(m: Measure): Promise<MeasureResult> {
     );
     return { rate: n / ((performance.now() - started) / 1000), done: n };
   }
+  if (m.kind === 'purge') {
+    await a.purge(m.queue);
+    return { rate: Number.NaN, done: 0 };
+  }
   if (m.kind === 'process') {
     const started = performance.now();
     let timedOut = false;
     const timer = sleep(m.timeoutSec * 1000).then(() => {
       timedOut = true;
     });
+    // The clock stops at the last job handled: not when the consumers have wound down (a long-poll
+    // claim that started just before the end would otherwise add its whole wait).
     let handled = 0;
-    await Promise.race([a.consume(m.queue, m.workers, 10, m.jobs, () => handled++), timer]);
-    const sec = (performance.now() - started) / 1000;
+    let lastAt = started;
+    await Promise.race([
+      a.consume(m.queue, m.workers, 10, m.jobs, () => {
+        handled++;
+        lastAt = performance.now();
+      }),
+      timer,
+    ]);
+    const sec = ((timedOut ? performance.now() : lastAt) - started) / 1000;
     return {
       rate: handled / sec,
       done: handled,
