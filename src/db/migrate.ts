@@ -29,6 +29,7 @@ export const SQL_FUNCTIONS = [
   'append-unchecked',
   'append',
   'publish',
+  'enqueue-jobs-unchecked',
   'enqueue-jobs',
   'enqueue',
   'follow-subscription',

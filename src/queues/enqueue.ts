@@ -32,6 +32,10 @@ export interface JobInput {
   group: string | null;
 }
 
+declare const checkedJob: unique symbol;
+/** A job toJobInput() accepted: only such jobs may skip the SQL checks (enqueueCheckedJobs). */
+export type CheckedJobInput = JobInput & { readonly [checkedJob]: true };
+
 export interface EnqueueResult {
   id: string;
   queue: string;
@@ -39,10 +43,13 @@ export interface EnqueueResult {
   duplicate: boolean;
 }
 
-export const ENQUEUE_SQL = prepared(
-  `select id::text as id, duplicate from commitfeed.enqueue_jobs($1::text[], $2::json[], $3::int4[],
-     $4::float8[], $5::timestamptz[], $6::text[], $7::int4[], $8::jsonb[], $9::text[])`,
-);
+const enqueueSql = (fn: string) =>
+  prepared(
+    `select id::text as id, duplicate from commitfeed.${fn}($1::text[], $2::json[], $3::int4[],
+       $4::float8[], $5::timestamptz[], $6::text[], $7::int4[], $8::jsonb[], $9::text[])`,
+  );
+export const ENQUEUE_SQL = enqueueSql('enqueue_jobs');
+const ENQUEUE_UNCHECKED_SQL = enqueueSql('enqueue_jobs_unchecked');
 
 /**
  * Enqueues jobs in one statement and appends one wake-up row per queue to the feed (stream
@@ -58,7 +65,19 @@ export const ENQUEUE_SQL = prepared(
  *     await enqueueJobs(trx, [toJobInput('emails', { payload: { to } }, maxBytes)]);
  *   });
  */
-export async function enqueueJobs(db: Db, jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
+export function enqueueJobs(db: Db, jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
+  return runEnqueue(db, ENQUEUE_SQL, jobs);
+}
+
+/**
+ * enqueueJobs for jobs toJobInput() checked already (the group commit): commitfeed.enqueue_jobs_unchecked
+ * skips the SQL restatement of the same rules.
+ */
+export function enqueueCheckedJobs(db: Db, jobs: readonly CheckedJobInput[]): Promise<EnqueueResult[]> {
+  return runEnqueue(db, ENQUEUE_UNCHECKED_SQL, jobs);
+}
+
+async function runEnqueue(db: Db, text: string, jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
   if (jobs.length === 0) return [];
   const params = columns(jobs, [
     'queue',
@@ -71,9 +90,7 @@ export async function enqueueJobs(db: Db, jobs: readonly JobInput[]): Promise<En
     'backoff',
     'group',
   ]);
-  const { rows } = await db.executeQuery<{ id: string; duplicate: boolean }>(
-    CompiledQuery.raw(ENQUEUE_SQL, params),
-  );
+  const { rows } = await db.executeQuery<{ id: string; duplicate: boolean }>(CompiledQuery.raw(text, params));
   if (rows.length !== jobs.length)
     throw new Error(`commitfeed.enqueue_jobs returned ${rows.length} rows for ${jobs.length} jobs`);
   return rows.map((r, i) => ({ id: r.id, queue: jobs[i].queue, duplicate: r.duplicate }));

@@ -37,7 +37,7 @@ import {
 } from './admin.ts';
 import { type ClaimedJob, claimJobs, nextDue } from './claim.ts';
 import { QueueCounters } from './counters.ts';
-import { type EnqueueResult, type JobInput, enqueueJobs } from './enqueue.ts';
+import { type CheckedJobInput, type EnqueueResult, enqueueCheckedJobs } from './enqueue.ts';
 import {
   type AckItem,
   type ExtendResult,
@@ -69,7 +69,7 @@ const RETRY_MIN_MS = 5;
 const RETRY_MAX_MS = 1000;
 
 export class Queues {
-  readonly enqueuer: Batcher<JobInput, EnqueueResult>;
+  readonly enqueuer: Batcher<CheckedJobInput, EnqueueResult>;
   readonly acker: Batcher<AckItem, SettleResult>;
   readonly wakeups: Wakeups;
   readonly counters = new QueueCounters();
@@ -82,7 +82,7 @@ export class Queues {
     this.wakeups = new Wakeups(opts.feed.hub);
     this.enqueuer = new Batcher(opts.db, {
       maxEvents: opts.batchMaxJobs,
-      write: enqueueJobs,
+      write: enqueueCheckedJobs,
       // Our own commit: read the feed now rather than waiting for the NOTIFY to come back.
       onCommit: () => this.feed.tailer.wake(),
     });
@@ -95,7 +95,7 @@ export class Queues {
   }
 
   /** Enqueues one request's jobs (all-or-nothing), grouped with concurrent enqueues. */
-  async enqueue(jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
+  async enqueue(jobs: readonly CheckedJobInput[]): Promise<EnqueueResult[]> {
     const results = await this.enqueuer.publish(jobs);
     const now = new Map<string, number>();
     for (let i = 0; i < jobs.length; i++) {

@@ -5,7 +5,7 @@
  */
 import { ApiError } from '../http/errors.ts';
 import { assertKey, assertName } from '../feed/validate.ts';
-import type { JobInput } from './enqueue.ts';
+import type { CheckedJobInput } from './enqueue.ts';
 
 export const DEFAULT_MAX_ATTEMPTS = 5;
 export const MAX_ATTEMPTS_LIMIT = 1000;
@@ -51,7 +51,12 @@ function isObject(v: unknown): v is Record<string, unknown> {
 }
 
 /** Checks one job and turns it into a row to enqueue; `where` names it in error messages. */
-export function toJobInput(queue: string, body: JobBody, maxPayloadBytes: number, where = 'job'): JobInput {
+export function toJobInput(
+  queue: string,
+  body: JobBody,
+  maxPayloadBytes: number,
+  where = 'job',
+): CheckedJobInput {
   assertName(queue, 'queue');
   if (!isObject(body)) throw bad(`${where} must be a JSON object with a "payload" property`);
   if (!('payload' in body) || body.payload === undefined) {
@@ -103,5 +108,5 @@ export function toJobInput(queue: string, body: JobBody, maxPayloadBytes: number
     maxAttempts,
     backoff: JSON.stringify(backoff),
     group: body.group ?? null,
-  };
+  } as CheckedJobInput;
 }
