@@ -2,8 +2,9 @@
  * Settling a claimed job: ack (complete), nack (retry or dead-letter) and extend, each fenced by the
  * lease token of the claim (a stale worker cannot settle a job someone else now holds).
  */
-import { sql } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 import { type Db, inTransaction } from '../db/database.ts';
+import { prepared } from '../db/prepared.ts';
 import { appendEvents } from '../feed/queries.ts';
 import { wakeEvent } from './wake-stream.ts';
 
@@ -22,25 +23,13 @@ export interface AckItem extends LeaseRef {
   result?: string | null;
 }
 
-/**
- * Acks (completes) jobs in one statement: each job is completed only if it is still held by the lease
- * presented and that lease has not expired (fencing: a stale worker cannot complete a job someone else
- * now holds), keeps its result and stays readable (state 'completed') until the janitor removes it
- * after the job retention, and is counted in its queue's `completed`. One result per item, in order; a
- * failed item changes nothing.
- *
- * Completing a job of an ordered group, or of a queue with a concurrency limit, lets another job go:
- * a `released` wake-up row (data `{"jobs":<n>}`) commits with the ack for those queues, so waiting
- * claimers on every replica look again. Other acks write no feed row and notify nobody.
- */
-export async function ackJobs(db: Db, items: readonly AckItem[]): Promise<SettleResult[]> {
-  const { rows } = await sql<{ id: string }>`
+/** The ack statement: a fixed text, run as a named prepared statement (see claim.ts CLAIM_SQL). */
+const ACK_SQL = prepared(`
     with done as (
       update commitfeed.jobs j
       set state = 'completed', finished_at = clock_timestamp(), result = a.result,
           lease = null, lease_expires_at = null
-      from unnest(${items.map((i) => i.id)}::int8[], ${items.map((i) => i.lease)}::text[],
-                  ${items.map((i) => i.queue)}::text[], ${items.map((i) => i.result ?? null)}::json[])
+      from unnest($1::int8[], $2::text[], $3::text[], $4::json[])
            as a(id, lease, queue, result)
       where j.id = a.id and j.queue = a.queue and j.state = 'leased' and j.lease::text = a.lease
         and j.lease_expires_at > clock_timestamp()
@@ -56,7 +45,7 @@ export async function ackJobs(db: Db, items: readonly AckItem[]): Promise<Settle
       from counted w join done d on d.queue = w.name
       group by w.name
     ), woke as (
-      select commitfeed.append(array_agg('queue/' || r.name order by r.name),
+      select commitfeed.append_unchecked(array_agg('queue/' || r.name order by r.name),
                                array_fill('released'::text, array[count(*)::int4]),
                                array_fill(null::text, array[count(*)::int4]),
                                array_agg(format('{"jobs":%s}', case when r.limited then r.n else r.grouped end)::json
@@ -64,7 +53,28 @@ export async function ackJobs(db: Db, items: readonly AckItem[]): Promise<Settle
       from released r where r.limited or r.grouped > 0
       having count(*) > 0
     )
-    select d.id::text as id, (select count(*) from woke) as woke from done d`.execute(db);
+    select d.id::text as id, (select count(*) from woke) as woke from done d`);
+
+/**
+ * Acks (completes) jobs in one statement: each job is completed only if it is still held by the lease
+ * presented and that lease has not expired (fencing: a stale worker cannot complete a job someone else
+ * now holds), keeps its result and stays readable (state 'completed') until the janitor removes it
+ * after the job retention, and is counted in its queue's `completed`. One result per item, in order; a
+ * failed item changes nothing.
+ *
+ * Completing a job of an ordered group, or of a queue with a concurrency limit, lets another job go:
+ * a `released` wake-up row (data `{"jobs":<n>}`) commits with the ack for those queues, so waiting
+ * claimers on every replica look again. Other acks write no feed row and notify nobody.
+ */
+export async function ackJobs(db: Db, items: readonly AckItem[]): Promise<SettleResult[]> {
+  const { rows } = await db.executeQuery<{ id: string }>(
+    CompiledQuery.raw(ACK_SQL, [
+      items.map((i) => i.id),
+      items.map((i) => i.lease),
+      items.map((i) => i.queue),
+      items.map((i) => i.result ?? null),
+    ]),
+  );
   const done = new Set(rows.map((r) => r.id));
   // An id given twice is completed once: the later copies fail like any stale ack.
   const settled = new Set<string>();
