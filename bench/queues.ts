@@ -157,7 +157,7 @@ async function main(): Promise<void> {
     columns: ['system', 'backlog', 'workers', 'jobs/s', 'load cores', 'server cores', 'PG cores'],
     rows: [],
     notes: [
-      'the backlog is enqueued first (batches of 1,000), then the workers drain it: commitfeed claim (max 10) + batch ack loops; pg-boss fetch (batchSize 10) + complete loops; graphile-worker one runner with `concurrency` = workers, one job per worker at a time',
+      'the backlog is enqueued first (batches of 1,000), then the workers drain it, timed from the first job handled to the last (start-up and wind-down left out): commitfeed claim (max 10) + batch ack loops; pg-boss fetch (batchSize 10) + complete loops; graphile-worker one runner with `concurrency` = workers, one job per worker at a time',
     ],
   };
   for (const backlog of BACKLOGS) {
