@@ -461,6 +461,11 @@ export function buildRegistry(deps: MetricsDeps): {
     () => queues.wakeups.woken,
   );
   mirror(
+    'commitfeed_queue_jobs_handed_off_total',
+    'Jobs an enqueue leased straight to a claim of this process waiting for them (no claim statement)',
+    () => queues.wakeups.handedOff,
+  );
+  mirror(
     'commitfeed_queue_claims_empty_total',
     'Claims that answered without jobs (the wait ran out, the client left, or shutdown)',
     () => counts.emptyClaims,
