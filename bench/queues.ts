@@ -9,8 +9,10 @@
 // Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust); the database commitfeed_qbench is
 // dropped and created. Each system's client runs in a process of its own (bench/workers/queue-load.ts);
 // commitfeed's server is started from this working tree. Every measure's jobs are deleted after it
-// (each system through its own means), so each measure starts on tables of equal size: jobs left
-// behind by earlier measures slow some systems' fetch queries (one shared jobs table) and not others.
+// and the table vacuumed (each system through its own means), so each measure starts on tables of
+// equal size: rows left behind by earlier measures, live or dead (this PostgreSQL runs without
+// autovacuum), slow the systems with one shared jobs table and not pg-boss, which has a partition
+// per queue.
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { benchFile } from './lib/context.ts';

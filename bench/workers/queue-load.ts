@@ -185,6 +185,7 @@ async function library(): Promise<Adapter> {
     },
     async purge(queue) {
       await sql`delete from commitfeed.jobs where queue = ${queue}`.execute(db);
+      await sql`vacuum commitfeed.jobs`.execute(db);
     },
     async close() {
       await db.destroy();
@@ -257,6 +258,7 @@ async function pgBoss(): Promise<Adapter> {
     async purge(queue) {
       // deleteQueue refuses a queue that still holds jobs; the queue's own partition is emptied here.
       await boss.getDb().executeSql('delete from pgboss.job where name = $1', [queue]);
+      await boss.getDb().executeSql('vacuum pgboss.job', []);
     },
     async close() {
       await boss.stop({ graceful: false, wait: false });
@@ -304,6 +306,7 @@ async function graphile(): Promise<Adapter> {
           [queue],
         ),
       );
+      await utils.withPgClient((client) => client.query('vacuum graphile_worker._private_jobs'));
     },
     async close() {
       await utils.release();
