@@ -483,11 +483,15 @@ t.test(
         'stale-mismatch': 'lease_mismatch',
         'stale-completed': 'job_completed',
       };
-      t.same(
-        [late.status, late.code],
-        [409, why[queue]],
-        `${queue}: the stale ack is refused: 409 ${late.code}`,
-      );
+      if (
+        !t.same(
+          [late.status, late.code],
+          [409, why[queue]],
+          `${queue}: the stale ack is refused: 409 ${late.code}`,
+        )
+      ) {
+        throw new Error(`${queue}: the stale ack was answered ${late.status}, not 409 ${why[queue]}`);
+      }
       t.same(await jobRow(mine.id!), before, `${queue}: the stale ack changed nothing`);
       if (queue === 'stale-expired') await parentAck(await reclaim());
       if (queue === 'stale-mismatch') await parentAck(held!);
@@ -533,13 +537,21 @@ t.test(
       replicaRestarted = true;
     })();
 
+    // Any background task that fails ends the wait at once, with its own error.
+    const never = new Promise<never>(() => {});
+    const failure = Promise.race(
+      [watcher, killer, replicaChaos, frozenCases].map((p) => p.then(() => never)),
+    );
     try {
       await within(
-        (async () => {
-          await until(() => completed === total, 120_000, 'every job to be completed');
-          await frozenCases;
-          await replicaChaos;
-        })(),
+        Promise.race([
+          (async () => {
+            await until(() => stop || completed === total, 120_000, 'every job to be completed');
+            await frozenCases;
+            await replicaChaos;
+          })(),
+          failure,
+        ]),
         130_000,
         () => `every job completed (${completed} of ${total}), kills ${JSON.stringify(kills)}`,
       );
