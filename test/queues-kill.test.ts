@@ -50,7 +50,7 @@ type T = { teardown(fn: () => unknown): void } & Record<string, any>;
 /** A worker's line (see test/fixtures/queue-worker.mjs), tagged with the worker that wrote it. */
 interface Line {
   w: string;
-  e: 'up' | 'claim' | 'claimed' | 'claimfail' | 'ack' | 'acked' | 'neterr';
+  e: 'up' | 'claim' | 'claimed' | 'claimfail' | 'ack' | 'ack503' | 'acked' | 'neterr';
   q?: string;
   id?: string;
   lease?: string;
@@ -108,7 +108,8 @@ class Replica {
         HOST: '127.0.0.1',
         PORT: String(this.port),
         WORKERS: '1',
-        LOG_LEVEL: 'warn',
+        // info: start-up and shutdown (with its reason) in the log, not every request.
+        LOG_LEVEL: 'info',
       },
       stdio: ['ignore', fd, fd],
     });
@@ -736,7 +737,11 @@ t.test(
       [],
       'each job acked successfully once, by the lease that completed it; other acks 409',
     );
-    t.comment(`${unknownOutcome} completing acks were sent by a worker killed before it read the answer`);
+    t.comment(
+      `${unknownOutcome} completing acks were sent by a worker killed before it read the answer; ` +
+        `${lines.filter((l) => l.e === 'ack503').length} acks answered 503 and sent again, ` +
+        `${lines.filter((l) => l.e === 'neterr').length} requests failed on the network (a killed replica)`,
+    );
 
     // The faults happened.
     t.ok(
