@@ -1,6 +1,7 @@
 import t from 'tap';
 import { globRegExp } from '../src/streams/glob.ts';
-import { openSse, publish, startTestServer, testDatabase } from './helpers.ts';
+import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
+import { openSse, publish, startTestServer, testDatabase, until } from './helpers.ts';
 
 t.test('the glob grammar matches names only, never internal streams', async (t) => {
   const cases: [string, string, boolean][] = [
@@ -73,4 +74,50 @@ t.test('stream=orders.* on /v1/events: catch-up, live, new streams, no internal 
   const bad = await fetch(`${base}/v1/events?stream=orders/*`, { headers: { accept: 'text/event-stream' } });
   t.equal(bad.status, 400, 'a / is not part of the grammar');
   await bad.body?.cancel();
+});
+
+t.test('a glob read behind retention gets the reset frame first, then what retention holds', async (t) => {
+  const DAY = 86_400_000;
+  const todayUtc = Math.floor(Date.now() / DAY) * DAY;
+  const url = await testDatabase(t);
+  const retention = {
+    janitorIntervalMs: 0,
+    partitionIntervalMs: 3_600_000,
+    partitionPremake: 3,
+    retentionMs: DAY,
+  };
+  const server = await startTestServer(t, url, retention);
+  const old = [];
+  for (let i = 0; i < 2; i++)
+    old.push((await publish(server.url, 'orders.eu', { data: `old ${i}` })).body.id);
+  // The clock a retention past the end of today: today's partition (and all before it) is dropped.
+  const run = await server.feed.janitor.runOnce(new Date(todayUtc + 2 * DAY));
+  t.ok(run.dropped.length >= 1, 'partitions dropped');
+  await publish(server.url, 'orders.us', { data: 'new 0' });
+  await publish(server.url, 'invoices', { data: 'not matched' });
+  const last = await publish(server.url, 'orders.eu', { data: 'new 1' });
+  // A second instance on the same database: its window is empty, so the glob's catch-up reads the table.
+  const other = await startTestServer(t, url, retention);
+  await until(
+    () => compareCursors(other.feed.tailer.position, parseCursor(last.body.id)!) >= 0,
+    10000,
+    'the tailer to reach the last event',
+  );
+  const ways: [string, Record<string, string>][] = [
+    ['&from=earliest', {}],
+    ['', { 'last-event-id': `${old[0]}/orders.eu` }],
+  ];
+  for (const [query, headers] of ways) {
+    const s = await openSse(t, `${other.url}/v1/events?stream=orders.*${query}`, headers);
+    const got = await s.waitFor(3);
+    t.same(
+      got.map((m) => [m.event, m.data]),
+      [
+        ['reset', JSON.stringify({ reason: 'trimmed', resumeFrom: old[1] })],
+        [undefined, '"new 0"'],
+        [undefined, '"new 1"'],
+      ],
+      `${query || 'Last-Event-ID'}: reset to the trim mark first, then each retained match once`,
+    );
+  }
 });

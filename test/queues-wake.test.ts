@@ -3,50 +3,145 @@
 // once, rolled-back enqueues, and a woken claim that leaves before using its wake-up.
 import { sql } from 'kysely';
 import t from 'tap';
-import { compareCursors } from '../src/feed/cursor.ts';
+import { toJobInput } from '../src/queues/validate.ts';
 import { sqlClient, startTestServer, testDatabase, until, within } from './helpers.ts';
 import { ack, claim, enqueue } from './queue-helpers.ts';
 
 // Claims wait far longer than any `until` below: a job found only when a wait ran out fails the test.
 const WAIT = 25;
 
-t.test('one job wakes one of 16 waiting claims; the others sleep on', async (t) => {
+t.test(
+  'one job goes to one of 16 waiting claims, handed off by its enqueue; the others sleep on',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const server = await startTestServer(t, dbUrl);
+    const db = sqlClient(t, dbUrl);
+    const { wakeups } = server.queues;
+    const got: string[] = [];
+    const claims = Array.from({ length: 16 }, () =>
+      claim(server.url, 'solo', { max: 1, wait: WAIT, lease: 40 }).then((jobs) => {
+        for (const j of jobs) got.push(j.id);
+        return jobs;
+      }),
+    );
+    await until(() => wakeups.size === 16, 10000, '16 waiting claims');
+    const woken = wakeups.woken;
+    const handed = wakeups.handedOff;
+    const res = await enqueue(server.url, 'solo', { payload: 1 });
+    await until(() => got.length === 1, 5000, 'the job to be claimed');
+    t.same(got, [res.body.id], 'the job went to one claim');
+    t.equal(wakeups.size, 15, 'the other claims wait on');
+    t.equal(wakeups.handedOff - handed, 1, 'handed off by the enqueue');
+    t.equal(wakeups.woken - woken, 0, 'nobody was woken to run a claim statement');
+    const [row] = (
+      await sql<{ state: string; attempt: number; lease_s: number }>`
+      select state, attempt, extract(epoch from lease_expires_at - created_at)::float8 as lease_s
+      from commitfeed.jobs where id = ${res.body.id}`.execute(db)
+    ).rows;
+    t.match(row, { state: 'leased', attempt: 1 }, 'leased by the enqueue, first attempt');
+    t.ok(row.lease_s > 39 && row.lease_s < 41, `leased for the claim's 40 s (${row.lease_s})`);
+    const { rows: wakeRows } = await sql`select 1 from commitfeed.feed where stream = 'queue/solo'`.execute(
+      db,
+    );
+    t.equal(wakeRows.length, 0, 'a job handed off writes no wake-up row (and sends no notify)');
+    // Release the rest: 15 jobs in one enqueue go to the 15 waiters.
+    await enqueue(
+      server.url,
+      'solo',
+      Array.from({ length: 15 }, (_, i) => ({ payload: i })),
+    );
+    await Promise.all(claims);
+    t.equal(got.length, 16, 'every claim got one job');
+    t.equal(new Set(got).size, 16, 'no job twice');
+    t.equal(wakeups.handedOff - handed, 16, 'each handed off');
+  },
+);
+
+t.test(
+  'no hand-off where a claim would not hand the job out: paused, limited, grouped, delayed',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const server = await startTestServer(t, dbUrl, { pollIntervalMs: 60000 });
+    const db = sqlClient(t, dbUrl);
+    const { queues } = server;
+    const handed = queues.wakeups.handedOff;
+    const waiting = (queue: string) =>
+      queues.claim(queue, { max: 5, leaseSeconds: 30, waitSeconds: WAIT }, new AbortController().signal);
+    const states = async (queue: string) =>
+      (
+        await sql<{
+          state: string;
+        }>`select state from commitfeed.jobs where queue = ${queue} order by id`.execute(db)
+      ).rows.map((r) => r.state);
+
+    // Paused: the job stays ready and the claim keeps waiting; resume hands it out.
+    await queues.setPaused('p', true);
+    const p = waiting('p');
+    await until(() => queues.wakeups.size === 1, 5000, 'a claim waiting on the paused queue');
+    await enqueue(server.url, 'p', { payload: 1 });
+    t.same(await states('p'), ['ready'], 'paused: not leased');
+    await until(() => queues.wakeups.size === 1, 5000, 'the claim to wait again');
+    await queues.setPaused('p', false);
+    t.equal((await within(p, 5000, 'the resumed queue to hand the job out')).length, 1);
+
+    // A concurrency limit: the claim statement decides (under the queue's lock), not the enqueue.
+    await queues.setConcurrency('lim', 1);
+    const l = waiting('lim');
+    await until(() => queues.wakeups.size === 1, 5000, 'a claim waiting on the limited queue');
+    await enqueue(server.url, 'lim', { payload: 1 });
+    t.equal(
+      (await within(l, 5000, 'the limited queue to hand the job out')).length,
+      1,
+      'claimed by a statement',
+    );
+    t.same(await states('lim'), ['leased']);
+
+    // Grouped and delayed jobs are never handed off; a duplicate key adds nothing to hand off.
+    const g = waiting('g');
+    await until(() => queues.wakeups.size === 1, 5000, 'a claim waiting on g');
+    await enqueue(server.url, 'g', [
+      { payload: 1, group: 'a' },
+      { payload: 2, delay: 60 },
+    ]);
+    const gj = await within(g, 5000, 'the grouped job to be claimed');
+    t.same(
+      gj.map((j) => j.payload),
+      ['1'],
+      'the grouped job, claimed by a statement; the delayed one not yet',
+    );
+    t.equal(queues.wakeups.handedOff - handed, 0, 'nothing was handed off');
+  },
+);
+
+t.test('a job handed to a claim whose client left goes back to the queue, attempt uncounted', async (t) => {
   const dbUrl = await testDatabase(t);
-  const server = await startTestServer(t, dbUrl);
+  const server = await startTestServer(t, dbUrl, { pollIntervalMs: 60000 });
   const db = sqlClient(t, dbUrl);
-  const { wakeups } = server.queues;
-  const got: string[] = [];
-  const claims = Array.from({ length: 16 }, () =>
-    claim(server.url, 'solo', { max: 1, wait: WAIT }).then((jobs) => {
-      for (const j of jobs) got.push(j.id);
-      return jobs;
-    }),
+  const { queues } = server;
+  const gone = new AbortController();
+  const a = queues.claim('back', { max: 1, leaseSeconds: 30, waitSeconds: WAIT }, gone.signal);
+  await until(() => queues.wakeups.size === 1, 5000, 'the claim to wait');
+  // The enqueue reserves the waiting claim as it starts writing (synchronously); the client leaves
+  // before the commit, so the handed-off job must come back.
+  const enqueued = queues.enqueue([toJobInput('back', { payload: 'x' }, 1000)]);
+  gone.abort();
+  const [job] = await enqueued;
+  t.same(await a, [], 'the claim that left returns nothing');
+  t.equal(queues.wakeups.handedOff, 1, 'the job had been handed off');
+  const [row] = (
+    await sql<{ state: string; attempt: number; lease: string | null }>`
+      select state, attempt, lease::text as lease from commitfeed.jobs where id = ${job.id}`.execute(db)
+  ).rows;
+  t.same(row, { state: 'ready', attempt: 0, lease: null }, 'ready again, its attempt not counted');
+  const { rows } = await sql<{ type: string }>`
+    select type from commitfeed.feed where stream = 'queue/back'`.execute(db);
+  t.same(
+    rows.map((r) => r.type),
+    ['released'],
+    'a released row wakes claims on every replica',
   );
-  await until(() => wakeups.size === 16, 10000, '16 waiting claims');
-  const before = wakeups.woken;
-  const res = await enqueue(server.url, 'solo', { payload: 1 });
-  await until(() => got.length === 1, 5000, 'the job to be claimed');
-  // The feed row of that enqueue comes later and must not wake anyone either.
-  const { rows } = await sql<{ txid: string; id: string }>`
-    select txid::text as txid, id::text as id from commitfeed.feed where stream = 'queue/solo'`.execute(db);
-  const row = { txid: Number(rows[0].txid), id: Number(rows[0].id) };
-  await until(
-    () => compareCursors(server.feed.tailer.position, row) >= 0,
-    5000,
-    'the tailer to read the wake-up row',
-  );
-  await until(() => wakeups.size === 15, 5000, 'the other claims to be waiting');
-  t.same(got, [res.body.id], 'the job went to one claim');
-  t.equal(wakeups.woken - before, 1, 'one waiter woken for one job');
-  // Release the rest: 15 jobs in one enqueue wake exactly the 15 waiters.
-  await enqueue(
-    server.url,
-    'solo',
-    Array.from({ length: 15 }, (_, i) => ({ payload: i })),
-  );
-  await Promise.all(claims);
-  t.equal(got.length, 16, 'every claim got one job');
-  t.equal(wakeups.woken - before, 16, 'each woken once');
+  const [again] = await claim(server.url, 'back', { max: 1 });
+  t.match(again, { id: job.id, attempt: 1 }, 'the next claim gets it as its first attempt');
 });
 
 t.test(

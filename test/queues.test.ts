@@ -1,5 +1,6 @@
 // Work queues over HTTP against a real PostgreSQL: enqueue → claim → ack, long-poll woken at commit
 // (and not by a rollback), delayed jobs, priority, fenced leases and lease expiry.
+import { sql } from 'kysely';
 import t from 'tap';
 import { enqueueJobs } from '../src/queues/enqueue.ts';
 import { toJobInput } from '../src/queues/validate.ts';
@@ -72,6 +73,68 @@ t.test('enqueue → claim → ack', async (t) => {
   );
   t.match(await stats(server.url, 'emails'), { completed: 3, leased: 1 });
 });
+
+t.test(
+  'a claim carrying `ack` settles the last batch first, then claims; one result per ack item',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const server = await startTestServer(t, dbUrl);
+    const db = sqlClient(t, dbUrl);
+    await enqueue(server.url, 'w', [{ payload: 1 }, { payload: 2 }, { payload: 3 }, { payload: 4 }]);
+    const first = await claim(server.url, 'w', { max: 2 });
+    t.same(
+      first.map((j) => j.payload),
+      [1, 2],
+    );
+
+    const next = await api(server.url, 'POST', '/v1/queues/w/claim', {
+      max: 2,
+      ack: [
+        { id: first[0].id, lease: first[0].lease, result: { sent: true } },
+        { id: first[1].id, lease: 'not-the-lease' },
+        { id: '999999', lease: first[1].lease },
+      ],
+    });
+    t.equal(next.status, 200);
+    t.match(next.body.acked, [
+      { id: first[0].id, ok: true },
+      { id: first[1].id, ok: false, status: 409, code: 'lease_mismatch' },
+      { id: '999999', ok: false, status: 404, code: 'job_not_found' },
+    ]);
+    t.same(
+      next.body.jobs.map((j: { payload: number }) => j.payload),
+      [3, 4],
+      'a failed ack does not stop the claim',
+    );
+    const rows = await sql<{ id: string; state: string; result: unknown }>`
+    select id::text as id, state, result from commitfeed.jobs order by id`.execute(db);
+    t.same(
+      rows.rows.map((r) => [r.id, r.state, r.result]),
+      [
+        [first[0].id, 'completed', { sent: true }],
+        [first[1].id, 'leased', null],
+        [next.body.jobs[0].id, 'leased', null],
+        [next.body.jobs[1].id, 'leased', null],
+      ],
+    );
+
+    // Without `ack`, or with an empty one, the answer has no "acked".
+    const plain = await api(server.url, 'POST', '/v1/queues/w/claim', { ack: [] });
+    t.same(plain.body, { jobs: [] });
+
+    // An oversized result refuses the whole request before anything is acked or claimed.
+    await enqueue(server.url, 'w', { payload: 5 });
+    const big = await api(server.url, 'POST', '/v1/queues/w/claim', {
+      ack: [{ id: first[1].id, lease: first[1].lease, result: 'x'.repeat(70_000) }],
+    });
+    t.equal(big.status, 413);
+    t.equal(big.body.code, 'result_too_large');
+    t.match(big.body.message, /ack\[0\]\.result/);
+    t.match(await stats(server.url, 'w'), { ready: 1, leased: 3, completed: 1 }, 'nothing acked or claimed');
+    const bad = await api(server.url, 'POST', '/v1/queues/w/claim', { ack: [{ id: 'x', lease: 'y' }] });
+    t.equal(bad.status, 400);
+  },
+);
 
 t.test('a waiting claim is woken at the enqueue commit, and not by a rolled-back enqueue', async (t) => {
   const dbUrl = await testDatabase(t);

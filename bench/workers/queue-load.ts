@@ -109,17 +109,25 @@ async function http(): Promise<Adapter> {
       const c = counter(jobs);
       let stop = false;
       const loops = Array.from({ length: workers }, async () => {
+        // The documented batch worker: each claim carries the acks of the batch before it (one
+        // request per batch); the last batch is acked on its own.
+        let done: { id: string; lease: string }[] = [];
         while (!stop) {
-          const res = (await post(`/v1/queues/${queue}/claim`, { max: batch, lease: 60, wait: 1 })) as {
+          const res = (await post(`/v1/queues/${queue}/claim`, {
+            max: batch,
+            lease: 60,
+            wait: 1,
+            ...(done.length > 0 ? { ack: done } : {}),
+          })) as {
             jobs: { id: string; lease: string; payload: { t?: number } }[];
+            acked?: { ok: boolean }[];
           };
-          if (res.jobs.length === 0) continue;
+          if (res.acked?.some((a) => !a.ok)) throw new Error('an ack failed');
+          if (done.length > 0) c.add(done.length);
+          done = [];
           for (const j of res.jobs) onJob(j.payload);
-          await post(
-            `/v1/queues/${queue}/ack`,
-            res.jobs.map((j) => ({ id: j.id, lease: j.lease })),
-          );
-          c.add(res.jobs.length);
+          done = res.jobs.map((j) => ({ id: j.id, lease: j.lease }));
+          if (stop && done.length > 0) await post(`/v1/queues/${queue}/ack`, done);
         }
       });
       await c.done;

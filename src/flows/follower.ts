@@ -10,15 +10,17 @@
  * the tailer reads an event of a followed stream (Feed.watch: the event has committed), when a
  * subscription is created or resumed here (`wake()`), and every `pollIntervalMs` (subscriptions
  * created or resumed by other replicas, events whose wake-up was missed). `stop()` ends the loop
- * after the step in progress.
+ * after the step in progress. The loop is src/flows/loop.ts.
  * Failure: a failed step is rolled back whole (nothing enqueued, cursor unmoved), logged, counted,
- * and retried at the next pass after a backoff; no event is lost or doubled by it. Events that
+ * and retried at the next pass after a backoff (doubling from `pollIntervalMs` up to 30 s, back to
+ * `pollIntervalMs` after a pass that succeeds); no event is lost or doubled by it. Events that
  * retention drops before the follower reaches them are counted by the janitor (src/retention), on the
  * subscription's status, in /metrics and in the log.
  */
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
+import { Loop } from './loop.ts';
 import { followSubscription, listSubscriptions } from './subscriptions.ts';
 
 export interface FollowerOptions {
@@ -36,20 +38,31 @@ const MAX_BACKOFF_MS = 30_000;
 export class Follower {
   /** Read by /metrics: jobs made, steps run, failed passes. */
   readonly stats = { jobs: 0, steps: 0, errors: 0 };
-  private stopped = true;
-  private loop: Promise<void> | undefined;
+  private readonly loop: Loop;
   private unwatch: (() => void) | undefined;
   /** Streams of active subscriptions (as of the last pass): events of others do not wake us. */
   private streams = new Set<string>();
   /** Something happened since the current pass began: run another at once. */
   private dirty = false;
-  private sleeping: { timer: NodeJS.Timeout; done: () => void } | undefined;
 
-  constructor(private readonly opts: FollowerOptions) {}
+  constructor(private readonly opts: FollowerOptions) {
+    this.loop = new Loop({
+      pass: async () => {
+        this.dirty = false;
+        await this.pass();
+        return this.dirty ? null : this.opts.pollIntervalMs;
+      },
+      onError: (err) => {
+        this.stats.errors++;
+        this.opts.log.warn({ err: err.message }, 'subscription follower pass failed; retrying');
+      },
+      intervalMs: opts.pollIntervalMs,
+      maxBackoffMs: MAX_BACKOFF_MS,
+    });
+  }
 
   start(): void {
-    if (!this.stopped) return;
-    this.stopped = false;
+    if (this.loop.running) return;
     this.unwatch = this.opts.feed.watch((events) => {
       for (const e of events) {
         if (this.streams.has(e.stream)) {
@@ -58,24 +71,18 @@ export class Follower {
         }
       }
     });
-    this.loop = this.run();
+    this.loop.start();
   }
 
   /** Runs a pass now (or right after the one in progress). */
   wake(): void {
     this.dirty = true;
-    const s = this.sleeping;
-    if (s) {
-      clearTimeout(s.timer);
-      s.done();
-    }
+    this.loop.wake();
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
     this.unwatch?.();
-    this.wake();
-    await this.loop;
+    await this.loop.stop();
   }
 
   /**
@@ -88,7 +95,7 @@ export class Follower {
     let jobs = 0;
     for (const s of subs) {
       for (;;) {
-        if (this.stopped && this.loop !== undefined) return jobs;
+        if (this.loop.stopping) return jobs;
         const step = await followSubscription(this.opts.db, s.name, this.opts.pageSize);
         // Paused, deleted, or another replica is on it (it loops until caught up).
         if (step === null) break;
@@ -99,37 +106,5 @@ export class Follower {
       }
     }
     return jobs;
-  }
-
-  private async run(): Promise<void> {
-    let backoff = this.opts.pollIntervalMs;
-    while (!this.stopped) {
-      this.dirty = false;
-      let wait = this.opts.pollIntervalMs;
-      try {
-        await this.pass();
-        backoff = this.opts.pollIntervalMs;
-      } catch (err) {
-        this.stats.errors++;
-        this.opts.log.warn({ err: (err as Error).message }, 'subscription follower pass failed; retrying');
-        wait = backoff;
-        backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
-        this.dirty = false;
-      }
-      if (this.dirty || this.stopped) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          this.sleeping = undefined;
-          resolve();
-        }, wait);
-        this.sleeping = {
-          timer,
-          done: () => {
-            this.sleeping = undefined;
-            resolve();
-          },
-        };
-      });
-    }
   }
 }

@@ -4,8 +4,9 @@
  * follower and scheduler counters. Registered by src/ops/metrics.ts.
  */
 import type { Kysely } from 'kysely';
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Gauge, type Registry } from 'prom-client';
 import type { Database } from '../db/database.ts';
+import { mirrorCounter } from '../ops/mirror.ts';
 import type { Follower } from './follower.ts';
 import type { Scheduler } from './scheduler.ts';
 import { type SubscriptionStatus, listSubscriptions } from './subscriptions.ts';
@@ -44,15 +45,7 @@ export function registerFlowMetrics(
     (s) => s.lostEvents,
   );
   const mirror = (name: string, help: string, read: () => number) =>
-    new Counter({
-      name,
-      help,
-      registers: [registry],
-      collect() {
-        this.reset();
-        this.inc(read());
-      },
-    });
+    mirrorCounter(registry, name, help, read);
   const { follower, scheduler } = deps;
   if (follower) {
     mirror(

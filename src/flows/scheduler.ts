@@ -7,13 +7,16 @@
  * the active schedules and fires those with a tick due since their last one; it then sleeps until
  * the next tick of any of them, at most MAX_SLEEP_MS (schedules created elsewhere are seen within
  * that). `runOnce(now)` does one pass at a chosen time (tests move the clock instead of waiting).
- * `stop()` ends the loop after the pass in progress.
+ * `wake()` cuts the sleep short (a wake during a pass is not remembered: the next pass is at most
+ * MAX_SLEEP_MS away). `stop()` ends the loop after the pass in progress. The loop is src/flows/loop.ts.
  * Failure: a firing is one transaction: on error nothing of it is kept, it is logged and counted,
  * and the next pass fires the same ticks (the catch-up policy decides about ticks that became late
- * meanwhile). While every replica is down nothing fires; on restart the catch-up policy applies.
+ * meanwhile). A pass that fails as a whole (listing the schedules) is logged, counted and retried
+ * after MAX_SLEEP_MS. While every replica is down nothing fires; on restart the catch-up policy applies.
  */
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
+import { Loop } from './loop.ts';
 import { fireSchedule, listSchedules, nextTick } from './schedules.ts';
 
 export interface SchedulerOptions {
@@ -33,34 +36,40 @@ const MAX_SLEEP_MS = 1000;
 export class Scheduler {
   /** Read by /metrics. */
   readonly stats = { passes: 0, jobs: 0, errors: 0 };
-  private stopped = true;
-  private loop: Promise<void> | undefined;
-  private sleeping: { timer: NodeJS.Timeout; done: () => void } | undefined;
+  private readonly loop: Loop;
   private readonly now: () => Date;
 
   constructor(private readonly opts: SchedulerOptions) {
     this.now = opts.now ?? (() => new Date());
+    this.loop = new Loop({
+      pass: async () => {
+        const { next } = await this.runOnce();
+        return next
+          ? Math.min(MAX_SLEEP_MS, Math.max(0, next.getTime() - this.now().getTime()))
+          : MAX_SLEEP_MS;
+      },
+      onError: (err) => {
+        this.stats.errors++;
+        this.opts.log.warn({ err: err.message }, 'scheduler pass failed; retrying');
+      },
+      // No growing backoff: a firing's own failure is caught in runOnce, so only the listing fails
+      // here, and it is retried as soon as a schedule created elsewhere would be seen (MAX_SLEEP_MS).
+      intervalMs: MAX_SLEEP_MS,
+      maxBackoffMs: MAX_SLEEP_MS,
+    });
   }
 
   start(): void {
-    if (!this.stopped) return;
-    this.stopped = false;
-    this.loop = this.run();
+    this.loop.start();
   }
 
   /** Runs a pass now (a schedule was created or resumed here). */
   wake(): void {
-    const s = this.sleeping;
-    if (s) {
-      clearTimeout(s.timer);
-      s.done();
-    }
+    this.loop.wake();
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
-    this.wake();
-    await this.loop;
+    await this.loop.stop();
   }
 
   /** One pass at `now`: fires every active schedule with a tick due. Returns the jobs enqueued and
@@ -89,32 +98,5 @@ export class Scheduler {
     this.stats.jobs += jobs;
     if (jobs > 0) this.opts.onEnqueued?.();
     return { jobs, next };
-  }
-
-  private async run(): Promise<void> {
-    while (!this.stopped) {
-      let wait = MAX_SLEEP_MS;
-      try {
-        const { next } = await this.runOnce();
-        if (next) wait = Math.min(wait, Math.max(0, next.getTime() - this.now().getTime()));
-      } catch (err) {
-        this.stats.errors++;
-        this.opts.log.warn({ err: (err as Error).message }, 'scheduler pass failed; retrying');
-      }
-      if (this.stopped) break;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          this.sleeping = undefined;
-          resolve();
-        }, wait);
-        this.sleeping = {
-          timer,
-          done: () => {
-            this.sleeping = undefined;
-            resolve();
-          },
-        };
-      });
-    }
   }
 }

@@ -18,7 +18,8 @@ import { type JobInput, enqueueJobs } from '../queues/enqueue.ts';
 export const CATCH_UP = ['none', 'last', 'all'] as const;
 export type CatchUp = (typeof CATCH_UP)[number];
 
-export interface ScheduleInput {
+/** What a schedule is made with and shows in its status. */
+interface ScheduleDefinition {
   name: string;
   cron: string;
   timezone: string;
@@ -27,23 +28,16 @@ export interface ScheduleInput {
   payload: string;
   priority: number;
   maxAttempts: number;
-  /** Normalised backoff, JSON text. */
-  backoff: string;
   catchUp: CatchUp;
   catchUpMax: number;
 }
 
-export interface ScheduleStatus {
-  name: string;
-  cron: string;
-  timezone: string;
-  queue: string;
-  /** JSON text. */
-  payload: string;
-  priority: number;
-  maxAttempts: number;
-  catchUp: CatchUp;
-  catchUpMax: number;
+export interface ScheduleInput extends ScheduleDefinition {
+  /** Normalised backoff, JSON text. */
+  backoff: string;
+}
+
+export interface ScheduleStatus extends ScheduleDefinition {
   paused: boolean;
   /** The newest tick handled (enqueued, or skipped by the catch-up policy). */
   lastTick: string | null;

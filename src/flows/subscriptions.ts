@@ -9,7 +9,8 @@ import type { Db } from '../db/database.ts';
 import { type Cursor, START } from '../feed/cursor.ts';
 import { ApiError } from '../http/errors.ts';
 
-export interface SubscriptionInput {
+/** What a subscription is made with and shows in its status. */
+interface SubscriptionDefinition {
   name: string;
   stream: string;
   /** Only events of this type; null: every event of the stream. */
@@ -17,19 +18,16 @@ export interface SubscriptionInput {
   queue: string;
   priority: number;
   maxAttempts: number;
+}
+
+export interface SubscriptionInput extends SubscriptionDefinition {
   /** Normalised backoff, JSON text (see toJobInput). */
   backoff: string;
   /** Where the cursor starts: a cursor, the feed's start, or `latest` (the current horizon). */
   from: Cursor | 'earliest' | 'latest';
 }
 
-export interface SubscriptionStatus {
-  name: string;
-  stream: string;
-  type: string | null;
-  queue: string;
-  priority: number;
-  maxAttempts: number;
+export interface SubscriptionStatus extends SubscriptionDefinition {
   paused: boolean;
   /** The last event turned into a job (or passed over by the type filter). */
   cursor: string;

@@ -7,7 +7,8 @@ import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import type { Cursor } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
-import { EVENT_COLUMNS, type Row, toEvent, trimMarkOf } from '../feed/queries.ts';
+import { EVENT_COLUMNS } from '../feed/queries.ts';
+import { markedPageSql, readMarkedPage } from '../streams/marked-page.ts';
 
 /**
  * Updates with any of the topics in $1 in (($2,$3), ($4,$5)], in feed order, at most $6, with the trim
@@ -15,10 +16,7 @@ import { EVENT_COLUMNS, type Row, toEvent, trimMarkOf } from '../feed/queries.ts
  * most $6 rows, so a page costs O(topics × page) whatever the history; the feed row is found by its
  * (txid, id) and created_at (one partition).
  */
-const TOPIC_RANGE_SQL = prepared(`
-  select m.txid::text as mark_txid, m.id::text as mark_id,
-         p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
-  from commitfeed.trim_mark m left join lateral (
+const TOPIC_RANGE_SQL = markedPageSql(`
     select ${EVENT_COLUMNS}
     from (select distinct x.txid, x.id, x.created_at
           from unnest($1::text[]) q(topic), lateral (
@@ -31,9 +29,7 @@ const TOPIC_RANGE_SQL = prepared(`
           limit $6) k
     join commitfeed.feed f
       on f.txid = k.txid and f.id = k.id and f.created_at = k.created_at and f.stream = 'mercure/updates'
-    order by f.txid, f.id
-  ) p on true
-  order by p.txid, p.id`);
+    order by f.txid, f.id`);
 
 /**
  * Updates of `topics` after `after` up to `upTo` (a position the tailer has reached). `scanned` is
@@ -46,19 +42,14 @@ export async function readTopicRange(
   upTo: Cursor,
   limit: number,
 ): Promise<{ events: FeedEvent[]; trimMark: Cursor }> {
-  const { rows } = await db.executeQuery<Row & { mark_txid: string; mark_id: string }>(
-    CompiledQuery.raw(TOPIC_RANGE_SQL, [
-      topics,
-      String(after.txid),
-      after.id,
-      String(upTo.txid),
-      upTo.id,
-      limit,
-    ]),
-  );
-  const first = rows[0];
-  const trimMark = trimMarkOf(first);
-  return { events: first === undefined || first.txid === null ? [] : rows.map(toEvent), trimMark };
+  return readMarkedPage(db, TOPIC_RANGE_SQL, [
+    topics,
+    String(after.txid),
+    after.id,
+    String(upTo.txid),
+    upTo.id,
+    limit,
+  ]);
 }
 
 const ID_LOOKUP_SQL = prepared(`

@@ -36,6 +36,7 @@ import { horizonBlocker } from './horizon.ts';
 import type { Follower } from '../flows/follower.ts';
 import type { MercureStats } from '../mercure/routes.ts';
 import { registerFlowMetrics } from '../flows/metrics.ts';
+import { mirrorCounter } from './mirror.ts';
 import type { Scheduler } from '../flows/scheduler.ts';
 
 export interface MetricsDeps {
@@ -125,17 +126,8 @@ export function buildRegistry(deps: MetricsDeps): {
   collectDefaultMetrics({ register: registry, prefix: 'commitfeed_' });
   registerFlowMetrics(registry, deps);
 
-  // A counter whose value is copied from a module's own counter at scrape time.
   const mirror = (name: string, help: string, read: () => number) =>
-    new Counter({
-      name,
-      help,
-      registers: [registry],
-      collect() {
-        this.reset();
-        this.inc(read());
-      },
-    });
+    mirrorCounter(registry, name, help, read);
   // `aggregator`: how WORKERS > 1 combines the workers' values in the server-wide /metrics (sum by
   // default; `max` for figures every worker reads from the same database).
   const gauge = (
@@ -459,6 +451,11 @@ export function buildRegistry(deps: MetricsDeps): {
     'commitfeed_queue_claim_wakeups_total',
     'Waiting claims woken to look for jobs (by an enqueue, retry, release or due time; at most one per job they can take)',
     () => queues.wakeups.woken,
+  );
+  mirror(
+    'commitfeed_queue_jobs_handed_off_total',
+    'Jobs an enqueue leased straight to a claim of this process waiting for them (no claim statement)',
+    () => queues.wakeups.handedOff,
   );
   mirror(
     'commitfeed_queue_claims_empty_total',

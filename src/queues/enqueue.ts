@@ -43,13 +43,15 @@ export interface EnqueueResult {
   duplicate: boolean;
 }
 
-const enqueueSql = (fn: string) =>
-  prepared(
-    `select id::text as id, duplicate from commitfeed.${fn}($1::text[], $2::json[], $3::int4[],
-       $4::float8[], $5::timestamptz[], $6::text[], $7::int4[], $8::jsonb[], $9::text[])`,
-  );
-export const ENQUEUE_SQL = enqueueSql('enqueue_jobs');
-const ENQUEUE_UNCHECKED_SQL = enqueueSql('enqueue_jobs_unchecked');
+export const ENQUEUE_SQL = prepared(
+  `select id::text as id, duplicate from commitfeed.enqueue_jobs($1::text[], $2::json[], $3::int4[],
+     $4::float8[], $5::timestamptz[], $6::text[], $7::int4[], $8::jsonb[], $9::text[])`,
+);
+const ENQUEUE_UNCHECKED_SQL = prepared(
+  `select id::text as id, duplicate, lease::text as lease, lease_expires_ms
+   from commitfeed.enqueue_jobs_unchecked($1::text[], $2::json[], $3::int4[], $4::float8[], $5::timestamptz[],
+     $6::text[], $7::int4[], $8::jsonb[], $9::text[], $10::float8[])`,
+);
 
 /**
  * Enqueues jobs in one statement and appends one wake-up row per queue to the feed (stream
@@ -65,21 +67,51 @@ const ENQUEUE_UNCHECKED_SQL = enqueueSql('enqueue_jobs_unchecked');
  *     await enqueueJobs(trx, [toJobInput('emails', { payload: { to } }, maxBytes)]);
  *   });
  */
-export function enqueueJobs(db: Db, jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
-  return runEnqueue(db, ENQUEUE_SQL, jobs);
+export async function enqueueJobs(db: Db, jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
+  if (jobs.length === 0) return [];
+  const { rows } = await db.executeQuery<{ id: string; duplicate: boolean }>(
+    CompiledQuery.raw(ENQUEUE_SQL, jobColumns(jobs)),
+  );
+  return results(jobs, rows);
 }
+
+/** An enqueued job handed straight to a waiting claim: the lease the enqueue gave it. */
+export interface HandedOff {
+  lease: string;
+  /** epoch milliseconds */
+  leaseExpiresAt: number;
+}
+
+/** What the group commit learns of each job: its result, and the lease if it was handed off. */
+export type EnqueueOutcome = EnqueueResult & { handedOff?: HandedOff };
 
 /**
- * enqueueJobs for jobs toJobInput() checked already (the group commit): commitfeed.enqueue_jobs_unchecked
- * skips the SQL restatement of the same rules.
+ * enqueueJobs for jobs toJobInput() checked already (the group commit), through
+ * commitfeed.enqueue_jobs_unchecked (no SQL restatement of the same rules). `leases[i]`, when given,
+ * is the lease in seconds of a claim of this process waiting for job i: the job is inserted leased
+ * (if its queue is neither paused nor limited) and its result carries `handedOff`.
  */
-export function enqueueCheckedJobs(db: Db, jobs: readonly CheckedJobInput[]): Promise<EnqueueResult[]> {
-  return runEnqueue(db, ENQUEUE_UNCHECKED_SQL, jobs);
+export async function enqueueCheckedJobs(
+  db: Db,
+  jobs: readonly CheckedJobInput[],
+  leases: readonly (number | null)[] | null = null,
+): Promise<EnqueueOutcome[]> {
+  if (jobs.length === 0) return [];
+  const { rows } = await db.executeQuery<{
+    id: string;
+    duplicate: boolean;
+    lease: string | null;
+    lease_expires_ms: number | null;
+  }>(CompiledQuery.raw(ENQUEUE_UNCHECKED_SQL, [...jobColumns(jobs), leases]));
+  return results(jobs, rows).map((r, i) =>
+    rows[i].lease === null
+      ? r
+      : { ...r, handedOff: { lease: rows[i].lease!, leaseExpiresAt: rows[i].lease_expires_ms! } },
+  );
 }
 
-async function runEnqueue(db: Db, text: string, jobs: readonly JobInput[]): Promise<EnqueueResult[]> {
-  if (jobs.length === 0) return [];
-  const params = columns(jobs, [
+function jobColumns(jobs: readonly JobInput[]): unknown[] {
+  return columns(jobs, [
     'queue',
     'payload',
     'priority',
@@ -90,7 +122,12 @@ async function runEnqueue(db: Db, text: string, jobs: readonly JobInput[]): Prom
     'backoff',
     'group',
   ]);
-  const { rows } = await db.executeQuery<{ id: string; duplicate: boolean }>(CompiledQuery.raw(text, params));
+}
+
+function results(
+  jobs: readonly JobInput[],
+  rows: readonly { id: string; duplicate: boolean }[],
+): EnqueueResult[] {
   if (rows.length !== jobs.length)
     throw new Error(`commitfeed.enqueue_jobs returned ${rows.length} rows for ${jobs.length} jobs`);
   return rows.map((r, i) => ({ id: r.id, queue: jobs[i].queue, duplicate: r.duplicate }));

@@ -18,7 +18,7 @@
  * only (claimers re-read the table on their next try).
  */
 import type { Kysely } from 'kysely';
-import type { Database } from '../db/database.ts';
+import type { Database, Db } from '../db/database.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import { Batcher } from '../commit/batcher.ts';
 import type { Feed } from '../feed/feed.ts';
@@ -37,7 +37,12 @@ import {
 } from './admin.ts';
 import { type ClaimedJob, claimJobs, nextDue } from './claim.ts';
 import { QueueCounters } from './counters.ts';
-import { type CheckedJobInput, type EnqueueResult, enqueueCheckedJobs } from './enqueue.ts';
+import {
+  type CheckedJobInput,
+  type EnqueueResult,
+  type EnqueueOutcome,
+  enqueueCheckedJobs,
+} from './enqueue.ts';
 import {
   type AckItem,
   type ExtendResult,
@@ -47,9 +52,10 @@ import {
   ackJobs,
   extendLease,
   nackJob,
+  unleaseJobs,
 } from './settle.ts';
 import { queueStream } from './wake-stream.ts';
-import { Wakeups } from './wakeups.ts';
+import { type Waiter, Wakeups } from './wakeups.ts';
 
 export interface QueuesOptions {
   db: Kysely<Database>;
@@ -69,7 +75,7 @@ const RETRY_MIN_MS = 5;
 const RETRY_MAX_MS = 1000;
 
 export class Queues {
-  readonly enqueuer: Batcher<CheckedJobInput, EnqueueResult>;
+  readonly enqueuer: Batcher<CheckedJobInput, EnqueueOutcome>;
   readonly acker: Batcher<AckItem, SettleResult>;
   readonly wakeups: Wakeups;
   readonly counters = new QueueCounters();
@@ -82,7 +88,7 @@ export class Queues {
     this.wakeups = new Wakeups(opts.feed.hub);
     this.enqueuer = new Batcher(opts.db, {
       maxEvents: opts.batchMaxJobs,
-      write: enqueueCheckedJobs,
+      write: (db, jobs) => this.writeEnqueues(db, jobs),
       // Our own commit: read the feed now rather than waiting for the NOTIFY to come back.
       onCommit: () => this.feed.tailer.wake(),
     });
@@ -101,10 +107,76 @@ export class Queues {
     for (let i = 0; i < jobs.length; i++) {
       if (results[i].duplicate) continue;
       this.counters.of(jobs[i].queue).enqueued++;
-      if (jobs[i].delay === 0 && jobs[i].runAt === null)
+      // A job handed to a waiting claim wakes nobody else.
+      if (jobs[i].delay === 0 && jobs[i].runAt === null && !results[i].handedOff)
         now.set(jobs[i].queue, (now.get(jobs[i].queue) ?? 0) + 1);
     }
     for (const [queue, n] of now) this.wakeups.committed(queue, n);
+    return results;
+  }
+
+  /**
+   * The enqueue group commit's write, with hand-off: a job due now, outside ordered groups, for a
+   * queue on which claims of this process are waiting, is leased to the oldest of them by the
+   * enqueue statement itself (commitfeed.enqueue_jobs_unchecked `leases`), and handed to it after
+   * the commit, so the job reaches the worker without a claim statement (one statement, one commit
+   * less between enqueue and handler). The statement leases only where a claim would hand out now
+   * (not paused, no concurrency limit, not a duplicate); a reserved claim that got nothing claims
+   * again at once, and one whose client has gone meanwhile gives its jobs back (`unlease`). If the
+   * write fails, every reserved claim goes back to claiming; nothing was leased.
+   */
+  private async writeEnqueues(db: Db, jobs: readonly CheckedJobInput[]): Promise<EnqueueOutcome[]> {
+    const leases: (number | null)[] = new Array(jobs.length).fill(null);
+    const owner: (Waiter | undefined)[] = new Array(jobs.length);
+    const reserved: Waiter[] = [];
+    const eligible = new Map<string, number[]>();
+    for (let i = 0; i < jobs.length; i++) {
+      const j = jobs[i];
+      if (j.group !== null || j.delay !== 0 || j.runAt !== null) continue;
+      const list = eligible.get(j.queue);
+      if (list) list.push(i);
+      else eligible.set(j.queue, [i]);
+    }
+    for (const [queue, idx] of eligible) {
+      let k = 0;
+      for (const w of this.wakeups.reserve(queue, idx.length)) {
+        reserved.push(w);
+        for (let n = 0; n < w.max && k < idx.length; n++, k++) {
+          leases[idx[k]] = w.leaseSeconds;
+          owner[idx[k]] = w;
+        }
+      }
+    }
+    if (reserved.length === 0) return enqueueCheckedJobs(db, jobs);
+    let results: EnqueueOutcome[];
+    try {
+      results = await enqueueCheckedJobs(db, jobs, leases);
+    } catch (err) {
+      for (const w of reserved) this.wakeups.release(w);
+      throw err;
+    }
+    const handed = new Map<Waiter, ClaimedJob[]>();
+    for (let i = 0; i < jobs.length; i++) {
+      const h = results[i].handedOff;
+      const w = owner[i];
+      if (!h || !w) continue;
+      const job: ClaimedJob = {
+        id: results[i].id,
+        payload: jobs[i].payload,
+        attempt: 1,
+        maxAttempts: jobs[i].maxAttempts,
+        lease: h.lease,
+        leaseExpiresAt: h.leaseExpiresAt,
+      };
+      const list = handed.get(w);
+      if (list) list.push(job);
+      else handed.set(w, [job]);
+    }
+    for (const w of reserved) {
+      const got = handed.get(w);
+      if (got) this.wakeups.handOff(w, got);
+      else this.wakeups.release(w);
+    }
     return results;
   }
 
@@ -164,12 +236,39 @@ export class Queues {
             retryMs = RETRY_MIN_MS;
           }
         }
-        const why = await this.wakeups.wait(queue, opts.max, until, signal, queueDue);
-        woken = why === 'woken';
+        const waited = await this.wakeups.wait(queue, opts.max, opts.leaseSeconds, until, signal, queueDue);
+        if (waited.why === 'handed') {
+          const jobs = waited.jobs!;
+          if (signal.aborted) {
+            // Its client left while the enqueue was committing: the jobs go back to the queue.
+            await this.unlease(queue, jobs);
+            return this.empty();
+          }
+          this.counters.of(queue).claimed += jobs.length;
+          this.counters.claimWait.observe((performance.now() - started) / 1000);
+          this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
+          return jobs;
+        }
+        woken = waited.why === 'woken';
         if (signal.aborted || this.wakeups.closed) return this.empty();
       }
     } finally {
       if (woken) this.wakeups.wake(queue, opts.max);
+    }
+  }
+
+  /** Gives jobs handed to a claim that can no longer take them back to the queue (ready, the attempt
+   * not counted) and wakes a claim for them; if that fails, their leases run out as a crashed
+   * worker's would. */
+  private async unlease(queue: string, jobs: ClaimedJob[]): Promise<void> {
+    try {
+      const n = await unleaseJobs(this.db, queue, jobs);
+      if (n > 0) {
+        this.wakeups.wake(queue, n);
+        this.feed.tailer.wake();
+      }
+    } catch {
+      // The leases expire, and the jobs are claimable again then.
     }
   }
 

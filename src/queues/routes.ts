@@ -13,7 +13,7 @@ import type { Feed } from '../feed/feed.ts';
 import { safePosition } from '../http/safe-position.ts';
 import { openSse } from '../http/sse.ts';
 import type { ClaimedJob } from './claim.ts';
-import type { LeaseRef, SettleResult } from './settle.ts';
+import type { AckItem, LeaseRef, SettleResult } from './settle.ts';
 import { queueStream } from './wake-stream.ts';
 import type { Queues } from './queues.ts';
 import {
@@ -94,6 +94,31 @@ function claimedJson(j: ClaimedJob): string {
   return `{"id":"${j.id}","payload":${j.payload},"attempt":${j.attempt},"maxAttempts":${j.maxAttempts},"lease":"${j.lease}","leaseExpiresAt":"${iso(j.leaseExpiresAt)}"}`;
 }
 
+/** Acks as a request lists them (POST /ack, or a claim's `ack`); every result is bounded first, so an
+ * oversized one fails the whole request before anything is acked. */
+function ackItems(
+  queue: string,
+  body: readonly { id: string; lease: string; result?: unknown }[],
+  maxResultBytes: number,
+  where: string,
+): AckItem[] {
+  return body.map((i, n) => ({
+    queue,
+    id: i.id,
+    lease: i.lease,
+    result: resultText(i.result, maxResultBytes, `${where}[${n}].result`),
+  }));
+}
+
+/** One result per ack item, in order: `{id, ok}` or `{id, ok: false, status, code, message}`. */
+function ackResultsJson(items: readonly AckItem[], results: readonly SettleResult[]) {
+  return results.map((r, n) =>
+    r.ok
+      ? { id: items[n].id, ok: true }
+      : { id: items[n].id, ok: false, status: r.status, code: r.code, message: r.message },
+  );
+}
+
 /** Lets bodiless POSTs (`curl -X POST`) through a body schema whose fields all have defaults. */
 async function emptyBodyIsObject(request: FastifyRequest): Promise<void> {
   if (request.body === undefined || request.body === null) request.body = {};
@@ -123,7 +148,15 @@ export function queueRoutes(
     show: (r) => ({ id: r.id, duplicate: r.duplicate }),
   });
 
-  app.post<{ Params: { queue: string }; Body: { max: number; lease: number; wait: number } }>(
+  app.post<{
+    Params: { queue: string };
+    Body: {
+      max: number;
+      lease: number;
+      wait: number;
+      ack?: { id: string; lease: string; result?: unknown }[];
+    };
+  }>(
     '/v1/queues/:queue/claim',
     {
       schema: {
@@ -139,14 +172,20 @@ export function queueRoutes(
       authorize(request, 'work', request.params.queue);
       const abort = new AbortController();
       reply.raw.on('close', () => abort.abort());
-      const { max, lease, wait } = request.body;
+      const { max, lease, wait, ack } = request.body;
+      // Acks first, so a worker's finished batch is settled (and its ordered groups or concurrency
+      // slots released) before it asks for more; a failed ack does not stop the claim.
+      const acks =
+        ack && ack.length > 0 ? ackItems(request.params.queue, ack, config.maxJobResultBytes, 'ack') : null;
+      const acked = acks ? ackResultsJson(acks, await queues.ack(acks)) : null;
       const jobs = await queues.claim(
         request.params.queue,
         { max, leaseSeconds: lease, waitSeconds: wait },
         abort.signal,
       );
       reply.type('application/json');
-      return `{"jobs":[${jobs.map(claimedJson).join(',')}]}`;
+      const jobsJson = `[${jobs.map(claimedJson).join(',')}]`;
+      return acked ? `{"jobs":${jobsJson},"acked":${JSON.stringify(acked)}}` : `{"jobs":${jobsJson}}`;
     },
   );
 
@@ -223,21 +262,8 @@ export function queueRoutes(
     async (request) => {
       const { queue } = request.params;
       authorize(request, 'work', queue);
-      // Every result is checked before anything is acked: an oversized one fails the whole request.
-      const items = request.body.map((i, n) => ({
-        queue,
-        id: i.id,
-        lease: i.lease,
-        result: resultText(i.result, config.maxJobResultBytes, `[${n}].result`),
-      }));
-      const results = await queues.ack(items);
-      return {
-        results: results.map((r, n) =>
-          r.ok
-            ? { id: items[n].id, ok: true }
-            : { id: items[n].id, ok: false, status: r.status, code: r.code, message: r.message },
-        ),
-      };
+      const items = ackItems(queue, request.body, config.maxJobResultBytes, '');
+      return { results: ackResultsJson(items, await queues.ack(items)) };
     },
   );
 

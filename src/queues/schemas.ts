@@ -85,28 +85,6 @@ export const enqueueResponse = {
   503: errorSchema,
 } as const;
 
-export const claimBody = {
-  type: 'object',
-  additionalProperties: false,
-  properties: {
-    max: { type: 'integer', minimum: 1, maximum: MAX_CLAIM, default: 1 },
-    lease: {
-      type: 'number',
-      exclusiveMinimum: 0,
-      maximum: MAX_SECONDS,
-      default: DEFAULT_LEASE_SECONDS,
-      description: 'seconds the claim holds each job',
-    },
-    wait: {
-      type: 'number',
-      minimum: 0,
-      maximum: MAX_WAIT_SECONDS,
-      default: 0,
-      description: 'long-poll seconds when nothing is claimable',
-    },
-  },
-} as const;
-
 const lease = {
   type: 'string',
   minLength: 1,
@@ -161,6 +139,34 @@ export const batchAckBody = {
     required: ['id', 'lease'],
     additionalProperties: false,
     properties: { id: { type: 'string', pattern: JOB_ID_PATTERN }, lease, result },
+  },
+} as const;
+
+export const claimBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    max: { type: 'integer', minimum: 1, maximum: MAX_CLAIM, default: 1 },
+    lease: {
+      type: 'number',
+      exclusiveMinimum: 0,
+      maximum: MAX_SECONDS,
+      default: DEFAULT_LEASE_SECONDS,
+      description: 'seconds the claim holds each job',
+    },
+    wait: {
+      type: 'number',
+      minimum: 0,
+      maximum: MAX_WAIT_SECONDS,
+      default: 0,
+      description: 'long-poll seconds when nothing is claimable',
+    },
+    ack: {
+      ...batchAckBody,
+      minItems: 0,
+      description:
+        'jobs to ack before claiming (as POST /v1/queues/{queue}/ack; one result each in "acked"): a worker acks its last batch and claims the next in one round trip',
+    },
   },
 } as const;
 
@@ -221,9 +227,29 @@ const claimedJob = {
     leaseExpiresAt: { type: 'string', format: 'date-time' },
   },
 } as const;
+const ackResults = {
+  type: 'array',
+  items: {
+    type: 'object',
+    properties: {
+      id: { type: 'string' },
+      ok: { type: 'boolean' },
+      status: { type: 'integer' },
+      code: { type: 'string' },
+      message: { type: 'string' },
+    },
+  },
+} as const;
 export const claimResponse = {
-  200: { type: 'object', properties: { jobs: { type: 'array', items: claimedJob } } },
+  200: {
+    type: 'object',
+    properties: {
+      jobs: { type: 'array', items: claimedJob },
+      acked: { ...ackResults, description: 'present when the claim carried `ack`: one result per item' },
+    },
+  },
   ...errors,
+  413: errorSchema,
 } as const;
 export const ackResponse = {
   204: { type: 'null', description: 'acked' },
@@ -247,24 +273,7 @@ export const extendResponse = {
   ...errors,
 } as const;
 export const batchAckResponse = {
-  200: {
-    type: 'object',
-    properties: {
-      results: {
-        type: 'array',
-        items: {
-          type: 'object',
-          properties: {
-            id: { type: 'string' },
-            ok: { type: 'boolean' },
-            status: { type: 'integer' },
-            code: { type: 'string' },
-            message: { type: 'string' },
-          },
-        },
-      },
-    },
-  },
+  200: { type: 'object', properties: { results: ackResults } },
   ...errors,
 } as const;
 export const deadResponse = {

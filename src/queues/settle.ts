@@ -91,6 +91,36 @@ export async function ackJobs(db: Db, items: readonly AckItem[]): Promise<Settle
   return items.map((i, n) => (ok[n] ? OK : why(i)));
 }
 
+const UNLEASE_SQL = prepared(`
+    with back as (
+      update commitfeed.jobs j
+      set state = 'ready', attempt = j.attempt - 1, lease = null, lease_expires_at = null
+      from unnest($1::int8[], $2::text[]) as a(id, lease)
+      where j.id = a.id and j.queue = $3 and j.state = 'leased' and j.lease::text = a.lease
+      returning j.id
+    ), woke as (
+      select commitfeed.append_unchecked(array['queue/' || $3::text], array['released'], array[null::text],
+                                         array[format('{"jobs":%s}', count(*))::json])
+      from back having count(*) > 0
+    )
+    select (select count(*) from back)::int4 as n, (select count(*) from woke)::int4 as woke`);
+
+/**
+ * Gives back jobs an enqueue leased to a claim that could not take them (its client had gone): each
+ * still held by its lease becomes ready again with its attempt uncounted (it never reached a worker),
+ * and a `released` wake-up row lets claims on every replica take it. Returns how many went back.
+ */
+export async function unleaseJobs(
+  db: Db,
+  queue: string,
+  jobs: readonly { id: string; lease: string }[],
+): Promise<number> {
+  const { rows } = await db.executeQuery<{ n: number }>(
+    CompiledQuery.raw(UNLEASE_SQL, [jobs.map((j) => j.id), jobs.map((j) => j.lease), queue]),
+  );
+  return rows[0].n;
+}
+
 /**
  * Explains why settling `items` failed, for error messages: unknown job, wrong lease or expired lease.
  * Read after the failed write, so it describes a moment later; the failure itself was decided

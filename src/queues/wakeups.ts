@@ -1,6 +1,12 @@
 /**
  * Where long-poll claims wait, holding no database connection, and whom each change of a queue wakes.
  *
+ * Hand-off first: an enqueue of this process takes the oldest waiters out of the wait (`reserve`) and
+ * its statement leases its jobs to them, so after the commit each gets its jobs (`handOff`) without
+ * running a claim statement; a reserved waiter that got none claims again at once (`release`). What
+ * follows is how waiters are woken for everything else (other replicas' enqueues, SQL enqueues, and
+ * jobs that may not be handed off: delayed, grouped, paused or limited queues).
+ *
  * A waiting claim costs nothing until a job exists for it: a feed row of `queue/<name>` (read by the
  * tailer at the commit of the enqueue, retry, redrive or resume that wrote it) wakes only as many
  * waiters, oldest first, as it needs — an enqueue of n jobs wakes waiters until their `max` adds up
@@ -26,16 +32,30 @@
  * next claim reads it.
  */
 import type { FeedEvent } from '../feed/event.ts';
+import type { ClaimedJob } from './claim.ts';
 import type { Hub } from '../feed/hub.ts';
 import { queueStream } from './wake-stream.ts';
 
-/** Why a wait ended. `woken`: this claim was handed a wake-up, which it must use or pass on. */
-export type WakeReason = 'woken' | 'timer' | 'aborted' | 'closed';
+/** Why a wait ended. `woken`: this claim was handed a wake-up, which it must use or pass on.
+ * `handed`: an enqueue of this process leased jobs to it directly (see `reserve`). */
+export type WakeReason = 'woken' | 'timer' | 'aborted' | 'closed' | 'handed';
 
-interface Waiter {
+export interface WaitResult {
+  why: WakeReason;
+  /** With `handed`: the jobs, leased to this claim by the enqueue that committed them. */
+  jobs?: ClaimedJob[];
+}
+
+/** A waiting claim. Reserved (`reserve`), it is out of its queue's set and waits for `handOff` or
+ * `release`: its own timer, abort and close no longer end it. */
+export interface Waiter {
   /** Jobs this claim takes at most: how much of a wake-up it absorbs. */
-  max: number;
+  readonly max: number;
+  /** The claim's lease, in seconds: what a job handed to it is leased for. */
+  readonly leaseSeconds: number;
   end: (why: WakeReason) => void;
+  /** Ends the wait whatever its state (reserved or not). */
+  settle: (r: WaitResult) => void;
 }
 
 interface QueueWaiters {
@@ -54,6 +74,8 @@ export class Wakeups {
   private closedFlag = false;
   /** Waiters woken by a feed row, a hand-on or a `due` timer (not by their own timer). Metrics, tests. */
   woken = 0;
+  /** Jobs an enqueue leased straight to a waiting claim (`handOff`). Metrics, tests. */
+  handedOff = 0;
 
   constructor(private readonly hub: Hub) {}
 
@@ -74,21 +96,32 @@ export class Wakeups {
    * `max` jobs absorbs that much of an enqueue's wake-up. `due` (epoch ms) is when this claim knows
    * something comes due (see `due()`).
    */
-  wait(queue: string, max: number, until: number, signal: AbortSignal, due?: number): Promise<WakeReason> {
-    if (this.closedFlag) return Promise.resolve('closed');
-    if (signal.aborted) return Promise.resolve('aborted');
+  wait(
+    queue: string,
+    max: number,
+    leaseSeconds: number,
+    until: number,
+    signal: AbortSignal,
+    due?: number,
+  ): Promise<WaitResult> {
+    if (this.closedFlag) return Promise.resolve({ why: 'closed' });
+    if (signal.aborted) return Promise.resolve({ why: 'aborted' });
     const q = this.queueOf(queue);
-    const waiting = new Promise<WakeReason>((resolve) => {
+    const waiting = new Promise<WaitResult>((resolve) => {
       const onAbort = () => w.end('aborted');
       const timer = setTimeout(() => w.end('timer'), Math.max(0, until - Date.now()));
       const w: Waiter = {
         max,
+        leaseSeconds,
         end: (why) => {
-          clearTimeout(timer);
-          signal.removeEventListener('abort', onAbort);
           if (!q.waiters.delete(w)) return;
           if (q.waiters.size === 0) this.drop(queue, q);
-          resolve(why);
+          w.settle({ why });
+        },
+        settle: (r) => {
+          clearTimeout(timer);
+          signal.removeEventListener('abort', onAbort);
+          resolve(r);
         },
       };
       q.waiters.add(w);
@@ -130,6 +163,37 @@ export class Wakeups {
     this.wake(queue, jobs);
   }
 
+  /**
+   * Takes waiters of `queue` out of the wait, oldest first, until their `max` covers `jobs`, for an
+   * enqueue of this process to lease jobs to them directly (hand-off: the job reaches the claim
+   * without a claim statement after the commit). Each must then get `handOff` or `release`.
+   */
+  reserve(queue: string, jobs: number): Waiter[] {
+    const q = this.queues.get(queue);
+    if (!q || jobs <= 0) return [];
+    const taken: Waiter[] = [];
+    let covered = 0;
+    for (const w of q.waiters) {
+      if (covered >= jobs) break;
+      covered += w.max;
+      taken.push(w);
+    }
+    for (const w of taken) q.waiters.delete(w);
+    if (q.waiters.size === 0) this.drop(queue, q);
+    return taken;
+  }
+
+  /** Ends a reserved waiter's wait with the jobs leased to it. */
+  handOff(w: Waiter, jobs: ClaimedJob[]): void {
+    this.handedOff += jobs.length;
+    w.settle({ why: 'handed', jobs });
+  }
+
+  /** Ends a reserved waiter's wait without jobs: it claims again at once (`woken`). */
+  release(w: Waiter): void {
+    w.settle({ why: 'woken' });
+  }
+
   /** Something in `queue` becomes claimable at `at` (epoch ms) with no feed row to say so: one
    * waiter wakes then (if any is waiting). */
   due(queue: string, at: number): void {
@@ -150,6 +214,7 @@ export class Wakeups {
   /** Releases every waiter; later waits return at once. */
   close(): void {
     this.closedFlag = true;
+    // Reserved waiters are not in these sets: the enqueue holding them ends their wait.
     for (const q of [...this.queues.values()]) for (const w of [...q.waiters]) w.end('closed');
   }
 

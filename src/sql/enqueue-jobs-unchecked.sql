@@ -3,11 +3,23 @@
 -- commit, whose every job passed src/queues/validate.ts (toJobInput), and commitfeed.enqueue_jobs
 -- after its own checks. The checks were most of a one-job call's work (pgbench, one job per call:
 -- see bench/RESULTS.md "Queue enqueue path"). Anything else calls commitfeed.enqueue_jobs: invalid
--- input here is stored, not refused. Same arguments and result as commitfeed.enqueue_jobs.
+-- input here is stored, not refused. The arguments and the first two result columns are
+-- commitfeed.enqueue_jobs's.
+--
+-- Hand-off: `leases` (optional) gives, per job, the lease in seconds of a claim waiting for it in the
+-- calling process, or NULL. Such a job is inserted already leased (attempt 1, a fresh lease token)
+-- when its queue is not paused and has no concurrency limit, and is returned with `lease` and
+-- `lease_expires_ms` (epoch ms); the caller hands it to the waiting claim after COMMIT instead of
+-- waking it to run a claim statement. The caller only asks for jobs due now outside ordered groups.
+-- Handed-off jobs wake nobody: the wake-up row counts only the jobs left ready, and a call that
+-- hands off all its jobs writes no row and sends no notify.
+-- Its first form (without leases) would make calls ambiguous.
+drop function if exists commitfeed.enqueue_jobs_unchecked(text[], json[], integer[], double precision[], timestamptz[],
+  text[], integer[], jsonb[], text[]);
 create or replace function commitfeed.enqueue_jobs_unchecked(queues text[], payloads json[], priorities integer[],
   delays double precision[], run_ats timestamptz[], keys text[], attempt_limits integer[], backoffs jsonb[],
-  groups text[] default null)
-returns table (id bigint, duplicate boolean)
+  groups text[] default null, leases double precision[] default null)
+returns table (id bigint, duplicate boolean, lease uuid, lease_expires_ms double precision)
 language plpgsql
 -- Every statement below takes arrays whose sizes the planner cannot know, so a custom plan is never
 -- better than the generic one, yet PL/pgSQL kept choosing custom plans: planning each statement on
@@ -32,12 +44,14 @@ declare
   done_dup boolean[] := '{}';
   wake_streams text[];
   wake_datas json[];
+  handed bigint[] := '{}';  -- ids of the jobs inserted leased (hand-off)
   round int := 0;
 begin
   if n = 0 then
     return;
   end if;
   groups := coalesce(groups, array_fill(null::text, array[n]));
+  leases := coalesce(leases, array_fill(null::float8, array[n]));
 
   -- Sorted, so concurrent calls lock new queue names in one order.
   insert into commitfeed.queues (name)
@@ -58,22 +72,32 @@ begin
   loop
     with s as (
       select s.*
-      from unnest(queues, payloads, priorities, delays, run_ats, keys, attempt_limits, backoffs, groups)
-        with ordinality as s(queue, payload, priority, delay, run_at, key, attempt_limit, backoff, grp, i)
+      from unnest(queues, payloads, priorities, delays, run_ats, keys, attempt_limits, backoffs, groups, leases)
+        with ordinality as s(queue, payload, priority, delay, run_at, key, attempt_limit, backoff, grp, lease_secs, i)
       where pending[s.i::int]
     ), a as materialized (
       -- Ids are taken here, in input order, so each input is matched to its row by id (RETURNING
       -- order is not guaranteed); a key already taken only skips a sequence value.
       select s.*, nextval('commitfeed.jobs_id_seq'::regclass) as id from s order by s.i
     ), ins as (
-      insert into commitfeed.jobs (id, queue, payload, priority, run_at, key, max_attempts, backoff, group_key)
+      insert into commitfeed.jobs (id, queue, payload, priority, run_at, key, max_attempts, backoff, group_key,
+                                   state, attempt, lease, lease_expires_at)
       overriding system value
       select a.id, a.queue, a.payload, a.priority,
              -- Milliseconds, as a JavaScript Date holds it.
              coalesce(date_trunc('milliseconds', a.run_at),
                       clock_timestamp() + make_interval(secs => a.delay)),
-             a.key, a.attempt_limit, a.backoff, a.grp
+             a.key, a.attempt_limit, a.backoff, a.grp,
+             case when h.ok then 'leased' else 'ready' end,
+             case when h.ok then 1 else 0 end,
+             case when h.ok then gen_random_uuid() end,
+             case when h.ok then clock_timestamp() + make_interval(secs => a.lease_secs) end
       from a
+      -- Hand-off only where a claim statement would hand the job out now (the queue's row exists:
+      -- inserted above).
+      cross join lateral (
+        select a.lease_secs is not null and not q.paused and q.concurrency is null as ok
+        from commitfeed.queues q where q.name = a.queue) h
       order by a.i
       on conflict (queue, key) where key is not null and state in ('ready', 'leased', 'dead') do nothing
       returning id
@@ -107,27 +131,36 @@ begin
     pending := array(select g.i = any(left_i) from generate_series(1, n) as g(i));
   end loop;
 
-  -- One wake-up per queue that got jobs, in the order of each queue's first new job.
+  if cardinality(array_remove(leases, null)) > 0 then
+    -- A job this call inserted that is leased already was handed off (nobody else sees it before COMMIT).
+    handed := array(select j.id from unnest(done_id, done_dup) as d(id, dup)
+                    join commitfeed.jobs j on j.id = d.id
+                    where not d.dup and j.state = 'leased');
+  end if;
+
+  -- One wake-up per queue that got jobs left ready, in the order of each queue's first new job.
   select array_agg('queue/' || w.queue order by w.first),
          array_agg(format('{"jobs":%s}', w.jobs)::json order by w.first)
   into wake_streams, wake_datas
   from (select q.queue, count(*) as jobs, min(q.i) as first
-        from unnest(done_i, done_dup) as d(i, dup)
+        from unnest(done_i, done_id, done_dup) as d(i, id, dup)
         join unnest(queues) with ordinality as q(queue, i) on q.i = d.i
-        where not d.dup
+        where not d.dup and not d.id = any(handed)
         group by q.queue) w;
   if wake_streams is not null then
     perform commitfeed.append_unchecked(wake_streams, array_fill('enqueued'::text, array[cardinality(wake_streams)]),
                               array_fill(null::text, array[cardinality(wake_streams)]), wake_datas);
   end if;
 
+  -- A handed-off job's lease goes to its own input only, never to a repeat of its key in the call.
   return query
-    select d.id, d.dup or f.first <> f.i
+    select d.id, d.dup or f.first <> f.i, j.lease, extract(epoch from j.lease_expires_at)::float8 * 1000
     from unnest(firsts) with ordinality as f(first, i)
     join unnest(done_i, done_id, done_dup) as d(i, id, dup) on d.i = f.first
+    left join commitfeed.jobs j on j.id = d.id and f.first = f.i and not d.dup and j.id = any(handed)
     order by f.i;
 end
 $fn$;
 
-comment on function commitfeed.enqueue_jobs_unchecked(text[], json[], integer[], double precision[], timestamptz[], text[], integer[], jsonb[], text[]) is
-  'commitfeed.enqueue_jobs without its input checks, for callers that applied the same rules already (the service''s group commit). Invalid input is stored, not refused: call commitfeed.enqueue_jobs.';
+comment on function commitfeed.enqueue_jobs_unchecked(text[], json[], integer[], double precision[], timestamptz[], text[], integer[], jsonb[], text[], double precision[]) is
+  'commitfeed.enqueue_jobs without its input checks, for callers that applied the same rules already (the service''s group commit), which may also hand jobs off to claims waiting for them (leases). Invalid input is stored, not refused: call commitfeed.enqueue_jobs.';

@@ -12,15 +12,14 @@
  * from the table, filtered in process; each page advances to the last row read, so it is bounded by
  * the page size and retention, and a trim sends the native `reset` frame like any stream read.
  */
-import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database.ts';
-import { prepared } from '../db/prepared.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
 import { namedSseFrame, resetFrame } from '../feed/frames.ts';
 import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
-import { EVENT_COLUMNS, type Row, toEvent, trimMarkOf } from '../feed/queries.ts';
+import { EVENT_COLUMNS } from '../feed/queries.ts';
 import type { Tailer } from '../feed/tailer.ts';
+import { markedPageSql, readMarkedPage } from './marked-page.ts';
 
 /** A stream parameter of /v1/events: a name, or a glob when it holds `*`. */
 export const GLOB_PATTERN = '^[A-Za-z0-9._:*-]{1,200}$';
@@ -39,18 +38,13 @@ export function globRegExp(glob: string): RegExp {
 }
 
 // Names only: a row of an internal stream (with a `/`) is never read for a glob.
-const ALL_NAMES_RANGE_SQL = prepared(`
-  select m.txid::text as mark_txid, m.id::text as mark_id,
-         p.txid::text as txid, p.id::text as id, p.stream, p.type, p.key, p.data::text as data, p.ms
-  from commitfeed.trim_mark m left join lateral (
+const ALL_NAMES_RANGE_SQL = markedPageSql(`
     select ${EVENT_COLUMNS}
     from commitfeed.feed f
     where (f.txid, f.id) > ($1::xid8, $2::int8) and (f.txid, f.id) <= ($3::xid8, $4::int8)
       and strpos(f.stream, '/') = 0
     order by f.txid, f.id
-    limit $5
-  ) p on true
-  order by p.txid, p.id`);
+    limit $5`);
 
 export interface GlobSelectionOptions {
   db: Db;
@@ -96,21 +90,16 @@ export class GlobSelection implements Selection {
   async readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead> {
     const upTo = this.opts.tailer.position;
     if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
-    const { rows } = await this.opts.db.executeQuery<Row & { mark_txid: string; mark_id: string }>(
-      CompiledQuery.raw(ALL_NAMES_RANGE_SQL, [
-        String(after.txid),
-        after.id,
-        String(upTo.txid),
-        upTo.id,
-        limit,
-      ]),
-    );
-    const first = rows[0];
-    const trimMark = trimMarkOf(first);
+    const { events, trimMark } = await readMarkedPage(this.opts.db, ALL_NAMES_RANGE_SQL, [
+      String(after.txid),
+      after.id,
+      String(upTo.txid),
+      upTo.id,
+      limit,
+    ]);
     if (compareCursors(after, trimMark) < 0) {
       return { chunks: [], count: 0, position: trimMark, more: true, reset: trimMark };
     }
-    const events = first === undefined || first.txid === null ? [] : rows.map(toEvent);
     const { chunks, count } = chunkFrames(
       events,
       (e) => (this.accepts(e) ? this.frame(e) : undefined),
