@@ -216,21 +216,26 @@ class Worker {
  * Every lease the database hands out, recorded by a trigger in the claim's own transaction (so a
  * rolled-back claim leaves nothing, and a claim whose answer never reached a killed worker is still
  * seen). A BEFORE trigger runs right after the row's new values are computed: `at` is the lease's
- * start to within microseconds.
+ * start to within microseconds. INSERT too: an enqueue may insert a job already leased to a waiting
+ * claim of its process (the hand-off); here every job is enqueued before any worker claims, so none is.
  */
 async function installLeaseAudit(db: Kysely<Database>): Promise<void> {
   await sql`create table public.lease_audit (
       job int8 not null, queue text not null, group_key text, lease uuid not null, attempt int4 not null,
-      expires timestamptz not null, at timestamptz not null default clock_timestamp())`.execute(db);
+      expires timestamptz not null, op text not null, at timestamptz not null default clock_timestamp())`.execute(
+    db,
+  );
   await sql`create function public.audit_lease() returns trigger language plpgsql as $$
     begin
-      if new.state = 'leased' and new.lease is distinct from old.lease then
-        insert into public.lease_audit (job, queue, group_key, lease, attempt, expires)
-        values (new.id, new.queue, new.group_key, new.lease, new.attempt, new.lease_expires_at);
+      if new.state = 'leased' then
+        if tg_op = 'INSERT' or new.lease is distinct from old.lease then
+          insert into public.lease_audit (job, queue, group_key, lease, attempt, expires, op)
+          values (new.id, new.queue, new.group_key, new.lease, new.attempt, new.lease_expires_at, tg_op);
+        end if;
       end if;
       return new;
     end $$`.execute(db);
-  await sql`create trigger audit_lease before update on commitfeed.jobs
+  await sql`create trigger audit_lease before insert or update on commitfeed.jobs
     for each row execute function public.audit_lease()`.execute(db);
 }
 
