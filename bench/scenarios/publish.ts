@@ -203,6 +203,9 @@ export async function scenario1(ctx: Ctx): Promise<void> {
   };
   const byName = new Map<string, Map<number, Point>>();
   const loaders = new Loaders();
+  const cfSys = list.find((x) => x.name === 'commitfeed');
+  if (opts.warmupCurveSec > 0 && cfSys)
+    await warmupCurve(ctx, loaders, cfSys, `/v1/streams/${stream}/events`, body);
   for (const sys of list) {
     if (sys.name === 'commitfeed' && !(await ctx.ensureCommitfeed(1))) continue;
     const series: Series = { name: sys.name, throughput: [], p99: [] };
@@ -277,6 +280,63 @@ export async function scenario1(ctx: Ctx): Promise<void> {
     if (other && Number.isFinite(mine))
       table.notes.push(`at ${at}: commitfeed = ${(mine / other).toFixed(2)}× ${name}`);
   }
+}
+
+/**
+ * The warm-up curve: the first load a fresh instance on a fresh database sees, 64 connections, counted
+ * per second. "Steady" is the mean of the last 10 s; the target is the first 10 s within 15% of it.
+ */
+async function warmupCurve(
+  ctx: Ctx,
+  loaders: Loaders,
+  sys: System,
+  path: string,
+  body: string,
+): Promise<void> {
+  const sec = Math.max(20, Math.floor(ctx.opts.warmupCurveSec));
+  log(`scenario 1: ${sys.name}: warm-up curve, 64 connections, ${sec} s on the fresh instance`);
+  const w = loaders.get('http');
+  const a = cpuMark(sys.serverPid);
+  const args: HttpLoadArgs = {
+    url: `http://127.0.0.1:${sys.target.port}${path}`,
+    body,
+    connections: 64,
+    durationSec: sec,
+    perSecond: true,
+  };
+  const r = await w.run<HttpLoadResult>(args, sec * 1000 + 60_000);
+  const b = cpuMark(sys.serverPid);
+  const per = r.perSecond ?? [];
+  const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / Math.max(1, xs.length);
+  const first = mean(per.slice(0, 10));
+  const steady = mean(per.slice(-10));
+  const ratio = first / steady;
+  const table: Table = {
+    title: `Scenario 1, warm-up: a fresh instance on a fresh database, 64 connections, ${sec} s, events/s per second`,
+    columns: ['seconds', 'events/s each second', 'mean events/s', '÷ steady (last 10 s)'],
+    rows: [],
+    notes: [
+      `CPU srv/pg/load/all over the whole curve: ${cpuCell(a, b, w.cpuSec)}. ${r.non2xx + r.errors + r.timeouts} failed requests.`,
+    ],
+  };
+  for (let i = 0; i < per.length; i += 5) {
+    const part = per.slice(i, i + 5);
+    table.rows.push([
+      `${i}–${i + part.length}`,
+      part.map((x) => fmtNum(x)).join(' '),
+      fmtNum(mean(part)),
+      `${((mean(part) / steady) * 100).toFixed(0)}%`,
+    ]);
+  }
+  ctx.tables.push(table);
+  log(`  → first 10 s ${fmtNum(first)} events/s, last 10 s ${fmtNum(steady)} (${(ratio * 100).toFixed(0)}%)`);
+  ctx.checks.push({
+    scenario: 1,
+    what: 'warm-up: first 10 s on a fresh database ÷ steady state (last 10 s)',
+    target: '≥ 85%',
+    got: `${(ratio * 100).toFixed(0)}% (${fmtNum(first)} / ${fmtNum(steady)} events/s)`,
+    pass: Number.isFinite(ratio) ? ratio >= 0.85 : undefined,
+  });
 }
 
 export async function scenario2(ctx: Ctx): Promise<void> {

@@ -11,6 +11,8 @@ export interface HttpLoadArgs {
   durationSec: number;
   /** Request headers (default: a JSON content type); a Mercure publish sends a form and a token. */
   headers?: Record<string, string>;
+  /** Also count 2xx answers per wall-clock second from the start (the warm-up curve). */
+  perSecond?: boolean;
 }
 
 export interface HttpLoadResult {
@@ -22,11 +24,15 @@ export interface HttpLoadResult {
   rps: number;
   latency: { mean: number; p50: number; p90: number; p99: number; max: number };
   bytesRead: number;
+  /** 2xx answers in each second from the start, when asked for (perSecond). */
+  perSecond?: number[];
 }
 
 serveJobs(async (args) => {
   const a = args as HttpLoadArgs;
-  const r = await autocannon({
+  const perSecond: number[] = [];
+  const t0 = performance.now();
+  const run = autocannon({
     url: a.url,
     method: 'POST',
     headers: a.headers ?? { 'content-type': 'application/json' },
@@ -35,7 +41,15 @@ serveJobs(async (args) => {
     pipelining: 1,
     duration: a.durationSec,
     timeout: 10,
-  });
+  }) as ReturnType<typeof autocannon> & autocannon.Instance; // without a callback it is both
+  if (a.perSecond)
+    run.on('response', (_client: unknown, status: number) => {
+      if (status < 200 || status > 299) return;
+      const i = Math.floor((performance.now() - t0) / 1000);
+      while (perSecond.length <= i) perSecond.push(0);
+      perSecond[i] += 1;
+    });
+  const r = await run;
   const ok = r['2xx'];
   const result: HttpLoadResult = {
     ok,
@@ -52,6 +66,7 @@ serveJobs(async (args) => {
       max: r.latency.max,
     },
     bytesRead: r.throughput.total,
+    ...(a.perSecond ? { perSecond: perSecond.slice(0, Math.floor(a.durationSec)) } : {}),
   };
   return result;
 });
