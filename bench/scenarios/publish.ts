@@ -294,8 +294,20 @@ async function warmupCurve(
   body: string,
 ): Promise<void> {
   const sec = Math.max(20, Math.floor(ctx.opts.warmupCurveSec));
-  log(`scenario 1: ${sys.name}: warm-up curve, 64 connections, ${sec} s on the fresh instance`);
   const w = loaders.get('http');
+  // The load generator is a Node process too: warm it first on the database-free peer, so the
+  // curve shows the server's warm-up, not autocannon's.
+  if (ctx.naive) {
+    log('scenario 1: warming the load generator on the HTTP ceiling peer, 3 s');
+    const warm: HttpLoadArgs = {
+      url: `http://127.0.0.1:${ctx.naive.port}${path}?nodb=1`,
+      body,
+      connections: 64,
+      durationSec: 3,
+    };
+    await w.run<HttpLoadResult>(warm, 60_000);
+  }
+  log(`scenario 1: ${sys.name}: warm-up curve, 64 connections, ${sec} s on the fresh instance`);
   const a = cpuMark(sys.serverPid);
   const args: HttpLoadArgs = {
     url: `http://127.0.0.1:${sys.target.port}${path}`,
@@ -303,29 +315,43 @@ async function warmupCurve(
     connections: 64,
     durationSec: sec,
     perSecond: true,
+    cpuPid: sys.serverPid,
   };
   const r = await w.run<HttpLoadResult>(args, sec * 1000 + 60_000);
   const b = cpuMark(sys.serverPid);
   const per = r.perSecond ?? [];
-  const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / Math.max(1, xs.length);
+  const sum = (xs: number[]) => xs.reduce((x, y) => x + y, 0);
+  const mean = (xs: number[]) => sum(xs) / Math.max(1, xs.length);
   const first = mean(per.slice(0, 10));
   const steady = mean(per.slice(-10));
   const ratio = first / steady;
   const table: Table = {
     title: `Scenario 1, warm-up: a fresh instance on a fresh database, 64 connections, ${sec} s, events/s per second`,
-    columns: ['seconds', 'events/s each second', 'mean events/s', '÷ steady (last 10 s)'],
+    columns: [
+      'seconds',
+      'events/s each second',
+      'mean events/s',
+      '÷ steady (last 10 s)',
+      'server CPU µs per publish',
+      'machine busy cores',
+    ],
     rows: [],
     notes: [
       `CPU srv/pg/load/all over the whole curve: ${cpuCell(a, b, w.cpuSec)}. ${r.non2xx + r.errors + r.timeouts} failed requests.`,
+      'The load generator ran 3 s against the HTTP ceiling peer first (its own JIT warm-up is not in the curve).',
     ],
   };
   for (let i = 0; i < per.length; i += 5) {
     const part = per.slice(i, i + 5);
+    const cpu = sum(r.cpuPerSecond?.slice(i, i + 5) ?? []);
+    const busy = mean(r.machinePerSecond?.slice(i, i + 5) ?? []);
     table.rows.push([
       `${i}–${i + part.length}`,
       part.map((x) => fmtNum(x)).join(' '),
       fmtNum(mean(part)),
       `${((mean(part) / steady) * 100).toFixed(0)}%`,
+      r.cpuPerSecond ? ((cpu / Math.max(1, sum(part))) * 1e6).toFixed(0) : '–',
+      busy.toFixed(2),
     ]);
   }
   ctx.tables.push(table);
@@ -333,9 +359,9 @@ async function warmupCurve(
   ctx.checks.push({
     scenario: 1,
     what: 'warm-up: first 10 s on a fresh database ÷ steady state (last 10 s)',
-    target: '≥ 85%',
+    target: 'within 15%',
     got: `${(ratio * 100).toFixed(0)}% (${fmtNum(first)} / ${fmtNum(steady)} events/s)`,
-    pass: Number.isFinite(ratio) ? ratio >= 0.85 : undefined,
+    pass: Number.isFinite(ratio) ? Math.abs(ratio - 1) <= 0.15 : undefined,
   });
 }
 

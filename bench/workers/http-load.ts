@@ -3,6 +3,7 @@
 // shares an event loop with the server it measures. Serves one run after another (serveJobs).
 import autocannon from 'autocannon';
 import { serveJobs } from '../lib/proc.ts';
+import { cpuSeconds, machineBusySeconds } from '../lib/sys.ts';
 
 export interface HttpLoadArgs {
   url: string;
@@ -13,6 +14,8 @@ export interface HttpLoadArgs {
   headers?: Record<string, string>;
   /** Also count 2xx answers per wall-clock second from the start (the warm-up curve). */
   perSecond?: boolean;
+  /** With perSecond: also read this process's CPU seconds (and the machine's) every second. */
+  cpuPid?: number;
 }
 
 export interface HttpLoadResult {
@@ -26,6 +29,9 @@ export interface HttpLoadResult {
   bytesRead: number;
   /** 2xx answers in each second from the start, when asked for (perSecond). */
   perSecond?: number[];
+  /** CPU seconds cpuPid used in each second, and the machine's busy cores in each second. */
+  cpuPerSecond?: number[];
+  machinePerSecond?: number[];
 }
 
 serveJobs(async (args) => {
@@ -49,7 +55,23 @@ serveJobs(async (args) => {
       while (perSecond.length <= i) perSecond.push(0);
       perSecond[i] += 1;
     });
-  const r = await run;
+  const cpuPerSecond: number[] = [];
+  const machinePerSecond: number[] = [];
+  let last = { cpu: a.cpuPid ? cpuSeconds(a.cpuPid) : 0, machine: machineBusySeconds() };
+  const sampler = a.perSecond
+    ? setInterval(() => {
+        const now = { cpu: a.cpuPid ? cpuSeconds(a.cpuPid) : 0, machine: machineBusySeconds() };
+        cpuPerSecond.push(now.cpu - last.cpu);
+        machinePerSecond.push(now.machine - last.machine);
+        last = now;
+      }, 1000)
+    : undefined;
+  let r: autocannon.Result;
+  try {
+    r = await run;
+  } finally {
+    clearInterval(sampler);
+  }
   const ok = r['2xx'];
   const result: HttpLoadResult = {
     ok,
@@ -66,7 +88,13 @@ serveJobs(async (args) => {
       max: r.latency.max,
     },
     bytesRead: r.throughput.total,
-    ...(a.perSecond ? { perSecond: perSecond.slice(0, Math.floor(a.durationSec)) } : {}),
+    ...(a.perSecond
+      ? {
+          perSecond: perSecond.slice(0, Math.floor(a.durationSec)),
+          cpuPerSecond: a.cpuPid ? cpuPerSecond : undefined,
+          machinePerSecond,
+        }
+      : {}),
   };
   return result;
 });
