@@ -36,6 +36,8 @@ const HELP = `npm run bench -- [flags]
                           (default all)
   --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 1)
   --conns LIST            scenario 1 connections (default 1,16,64,256)
+  --warmup-curve S        scenario 1 first loads the fresh commitfeed at 64 connections for S seconds
+                          and reports events/s per second: first 10 s against the last 10 s (default off)
   --batch-sizes LIST      scenario 2 batch sizes (default 100,1000)
   --batch-conns LIST      scenario 2 connections (default 4,16; quick 4)
   --latency-rate N        scenario 3 events/s (default 1000)
@@ -74,6 +76,7 @@ function parseOptions(argv: string[]): Options {
       peers: { type: 'string' },
       duration: { type: 'string' },
       conns: { type: 'string' },
+      'warmup-curve': { type: 'string' },
       'batch-sizes': { type: 'string' },
       'batch-conns': { type: 'string' },
       'latency-rate': { type: 'string' },
@@ -131,6 +134,7 @@ function parseOptions(argv: string[]): Options {
     durationSec: num(v.duration, 10, 1),
     warmupSec: q ? 0.5 : 2,
     conns: list(v.conns, [1, 16, 64, 256]),
+    warmupCurveSec: v['warmup-curve'] === undefined ? 0 : num(v['warmup-curve'], 0),
     batchSizes: list(v['batch-sizes'], [100, 1000]),
     batchConns: list(v['batch-conns'], [4, 16], [4]),
     latencyRate: num(v['latency-rate'], 1000),

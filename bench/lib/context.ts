@@ -11,6 +11,8 @@ export interface Options {
   durationSec: number;
   warmupSec: number;
   conns: number[];
+  /** Scenario 1: seconds of load on the fresh instance, reported per second (0 = off). */
+  warmupCurveSec: number;
   batchSizes: number[];
   batchConns: number[];
   latencyRate: number;

@@ -163,8 +163,9 @@ export async function scenario3(ctx: Ctx): Promise<void> {
       'delivered / expected',
       'missing',
       'dup',
-      'publish p99 ms',
+      'publish p50 / p99 ms',
       'client loop p99 ms',
+      'server CPU cores',
     ],
     rows: [],
     notes: [
@@ -173,18 +174,20 @@ export async function scenario3(ctx: Ctx): Promise<void> {
       `${opts.latencyDurationSec} s per system. "client loop p99" is the subscriber process's own event-loop delay: the part of the latency that is the measuring client's.`,
     ],
   };
-  const runs: { name: string; sub: Omit<SubscriberArgs, 'label'>; target: Target }[] = [];
+  const runs: { name: string; sub: Omit<SubscriberArgs, 'label'>; target: Target; pid?: number }[] = [];
   if (await ctx.ensureCommitfeed(3))
     runs.push({
       name: 'commitfeed (SSE)',
       sub: { kind: 'sse', port: ctx.commitfeed!.port, streams: subStreams },
       target: { kind: 'http', port: ctx.commitfeed!.port },
+      pid: ctx.commitfeed!.cp.pid,
     });
   if (ctx.naive && ctx.opts.peers.includes('naive'))
     runs.push({
       name: 'naive tx+notify, 50 ms polling SSE',
       sub: { kind: 'sse', port: ctx.naive.port, streams: subStreams },
       target: { kind: 'http', port: ctx.naive.port },
+      pid: ctx.naive.cp.pid,
     });
   if (opts.peers.includes('nats')) {
     if (ctx.nats.ok)
@@ -212,6 +215,8 @@ export async function scenario3(ctx: Ctx): Promise<void> {
         const lag = await waitForTailer(ctx.commitfeed!.port);
         if (lag) table.notes.push(lag);
       }
+      const cpu0 = run.pid ? cpuSeconds(run.pid) : Number.NaN;
+      const t0 = performance.now();
       const { sub, pub } = await runDelivery({
         label: run.name,
         notes: table.notes,
@@ -230,8 +235,10 @@ export async function scenario3(ctx: Ctx): Promise<void> {
         run.name,
         fmtNum(pub.total / pub.elapsedSec),
         ...deliveryCells(sub),
-        fmtMs(pub.latency.p99),
+        `${fmtMs(pub.latency.p50)} / ${fmtMs(pub.latency.p99)}`,
         fmtMs(sub.loopDelayP99Ms),
+        // Over the whole run (connect, publishing, drain): a comparison between runs, not a rate.
+        run.pid ? ((cpuSeconds(run.pid) - cpu0) / ((performance.now() - t0) / 1000)).toFixed(2) : '–',
       ]);
       table.notes.push(...problemsOf(ctx, 3, run.name, sub, pub));
       if (pub.throttled > 0)

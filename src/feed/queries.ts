@@ -161,11 +161,19 @@ export const TAIL_SQL = prepared(`
                            order by w.txid desc, w.id desc limit 1) l), false) as waiting
     from (select pg_snapshot_xmin(pg_current_snapshot()) as xmin) s
   )
-  select h.xmin::text as horizon, h.waiting, h.mark_txid::text as mark_txid, h.mark_id::text as mark_id,
+  -- The page's facts (horizon, waiting, trim mark) ride on its first row only (n = 1, or the one
+  -- row of an empty page), NULL on the others: every column of every row is a string node-postgres
+  -- parses, and the tailer reads back every event written (measured: ~0.5 µs of the server's CPU per
+  -- event of a batched publish for these four columns repeated on each row). row_number() follows
+  -- the index order, so it costs no sort.
+  select case when coalesce(p.n, 1) = 1 then h.xmin::text end as horizon,
+         case when coalesce(p.n, 1) = 1 then h.waiting end as waiting,
+         case when coalesce(p.n, 1) = 1 then h.mark_txid::text end as mark_txid,
+         case when coalesce(p.n, 1) = 1 then h.mark_id::text end as mark_id,
          p.txid::text as txid, p.id::text as id,
          p.stream, p.type, p.key, p.data::text as data, p.ms
   from h left join lateral (
-    select ${EVENT_COLUMNS}
+    select ${EVENT_COLUMNS}, row_number() over (order by f.txid, f.id) as n
     from commitfeed.feed f
     where (f.txid, f.id) > ($1::xid8, $2::int8) and f.txid < h.xmin
     order by f.txid, f.id
