@@ -4,6 +4,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
@@ -269,4 +270,17 @@ export async function feedRows(
     db,
   );
   return rows;
+}
+
+/** A free TCP port on 127.0.0.1, for a process that needs a number before it starts (nginx, a replica
+ * restarted at the same URL); the race with another process taking it meanwhile is harmless here. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
 }

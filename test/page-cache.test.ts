@@ -4,13 +4,12 @@
 // over the same range reach the service (and so the database) about once per page.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { mintToken } from '../src/auth/tokens.ts';
 import { sql } from 'kysely';
-import { publish, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
+import { freePort, publish, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
 const SECRET = 'test-secret-0123456789-0123456789-abcdef';
 const NGINX = '/usr/sbin/nginx';
@@ -159,18 +158,6 @@ t.test('with tokens: private, and Vary names the credentials', async (t) => {
   });
   t.equal(anonymous.status, 401);
 });
-
-/** A free TCP port on 127.0.0.1 (nginx needs a number; the race with another process is harmless here). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** nginx with proxy_cache in front of `upstream`, as a child process stopped at teardown. */
 async function startNginx(

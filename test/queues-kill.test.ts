@@ -16,7 +16,6 @@
 // intervals count as overlapping only if they overlap by more than EPS_MS = 2 ms.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -24,7 +23,7 @@ import { fileURLToPath } from 'node:url';
 import { type Kysely, sql } from 'kysely';
 import t from 'tap';
 import type { Database } from '../src/db/database.ts';
-import { pgClient, sqlClient, testDatabase, until, within } from './helpers.ts';
+import { freePort, pgClient, sqlClient, testDatabase, until, within } from './helpers.ts';
 import { api, claim, enqueue } from './queue-helpers.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
@@ -72,17 +71,6 @@ function track(t: T, proc: ChildProcess): void {
   t.teardown(() => {
     // SIGKILL also ends a stopped (SIGSTOP) process.
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
   });
 }
 
