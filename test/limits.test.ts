@@ -99,6 +99,14 @@ t.test('SSE connections per process are capped: 503 with Retry-After before the 
   t.equal(res.headers.get('retry-after'), '2', 'with Retry-After');
   t.match(res.headers.get('content-type'), /application\/json/, 'as a JSON error, not a stream');
   t.match(await res.json(), { statusCode: 503, code: 'too_many_connections' });
+  for (const path of [
+    '/v1/queues/q/events',
+    `/.well-known/mercure?match=${encodeURIComponent('https://x/c')}`,
+  ]) {
+    const other = await fetch(`${server.url}${path}`, { headers: { accept: 'text/event-stream' } });
+    t.equal(other.status, 503, `${path.split('?')[0]} counts against the same cap`);
+    await other.arrayBuffer();
+  }
   const json = await fetch(`${server.url}/v1/streams/c/events`);
   t.equal(json.status, 200, 'JSON reads are not SSE connections');
   await json.arrayBuffer();

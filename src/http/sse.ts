@@ -11,7 +11,8 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
-import type { Sink } from '../feed/hub.ts';
+import type { Hub, Sink } from '../feed/hub.ts';
+import { ApiError, RETRY_AFTER_S } from './errors.ts';
 
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -105,4 +106,19 @@ class ResponseSink implements Sink {
 
 function responseSink(res: ServerResponse): Sink {
   return new ResponseSink(res);
+}
+
+/**
+ * Refuses a new SSE stream when this process already serves `max` (MAX_SSE_CONNECTIONS): 503 with
+ * Retry-After before the stream starts, so the client tries again later or on another replica.
+ */
+export function assertSseRoom(hub: Hub, max: number): void {
+  if (hub.subscriberCount >= max) {
+    throw new ApiError(
+      503,
+      'too_many_connections',
+      `this server already serves ${max} SSE connections (MAX_SSE_CONNECTIONS); retry later or use another replica`,
+      { 'retry-after': String(RETRY_AFTER_S) },
+    );
+  }
 }

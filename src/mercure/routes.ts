@@ -17,9 +17,9 @@ import { Batcher } from '../commit/batcher.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
-import { ApiError, RETRY_AFTER_S, errorSchema } from '../http/errors.ts';
+import { ApiError, errorSchema } from '../http/errors.ts';
 import { MercureAuthorizer, sendMercureError } from './authorize.ts';
-import { openSse } from '../http/sse.ts';
+import { assertSseRoom, openSse } from '../http/sse.ts';
 import { parseForm, rawQuery } from './form.ts';
 import { MERCURE_STREAM } from './frames.ts';
 import { HUB_PATH, type MercureUpdate, appendUpdates, updateFromForm } from './publish.ts';
@@ -162,14 +162,7 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
           givenId(request.headers['last-event-id'], req.lastEventId),
           config.startWaitMs,
         );
-        if (feed.hub.subscriberCount >= config.maxSseConnections) {
-          throw new ApiError(
-            503,
-            'too_many_connections',
-            `this server already serves ${config.maxSseConnections} SSE connections (MAX_SSE_CONNECTIONS); retry later or use another replica`,
-            { 'retry-after': String(RETRY_AFTER_S) },
-          );
-        }
+        assertSseRoom(feed.hub, config.maxSseConnections);
         if (resume.header !== undefined) reply.header('mercure-last-event-id', resume.header);
         const selection = new MercureSelection({
           db,

@@ -11,7 +11,7 @@ import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import { safePosition } from '../http/safe-position.ts';
-import { openSse } from '../http/sse.ts';
+import { assertSseRoom, openSse } from '../http/sse.ts';
 import type { ClaimedJob } from './claim.ts';
 import type { AckItem, LeaseRef, SettleResult } from './settle.ts';
 import { queueStream } from './wake-stream.ts';
@@ -448,6 +448,7 @@ export function queueRoutes(
       const from =
         start ??
         (request.query.from === 'earliest' ? START : await safePosition(deps.feed, config.startWaitMs));
+      assertSseRoom(deps.feed.hub, config.maxSseConnections);
       const started = admitSse(request, reply, config.maxSsePerToken);
       const sink = openSse(reply, formatCursor(from), config.sseRetryMs);
       const sub = deps.feed.hub.subscribe([queueStream(request.params.queue)], from, sink);

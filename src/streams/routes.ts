@@ -9,7 +9,7 @@ import type { Db } from '../db/database.ts';
 import { GlobSelection, isGlob } from './glob.ts';
 import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
-import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
+import { ApiError } from '../http/errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
@@ -25,7 +25,7 @@ import {
 } from './schemas.ts';
 import { cacheableRequest, markImmutable, markUncacheable, matches, pageEtag } from '../http/page-cache.ts';
 import { safePosition } from '../http/safe-position.ts';
-import { openSse } from '../http/sse.ts';
+import { assertSseRoom, openSse } from '../http/sse.ts';
 
 interface ReadQuery {
   after?: string;
@@ -153,14 +153,7 @@ async function readStreams(
       : await safePosition(feed, config.startWaitMs);
   const start = given ?? (query.from === 'earliest' ? START : reach!);
   if (sse) {
-    if (feed.hub.subscriberCount >= config.maxSseConnections) {
-      throw new ApiError(
-        503,
-        'too_many_connections',
-        `this server already serves ${config.maxSseConnections} SSE connections (MAX_SSE_CONNECTIONS); retry later or use another replica`,
-        { 'retry-after': String(RETRY_AFTER_S) },
-      );
-    }
+    assertSseRoom(feed.hub, config.maxSseConnections);
     const started = admitSse(request, reply, config.maxSsePerToken);
     const sink = openSse(reply, formatCursor(start), config.sseRetryMs);
     const selection =
