@@ -206,13 +206,9 @@ export class Queues {
           c.deadLettered += reapedDead;
         }
         if (jobs.length > 0) {
-          this.counters.of(queue).claimed += jobs.length;
-          this.counters.claimWait.observe((performance.now() - started) / 1000);
           // A full batch that left jobs behind: one more waiter takes over.
           if (jobs.length === opts.max && more) this.wakeups.wake(queue, 1);
-          // Waiting claimers learn when these leases could run out (a crashed worker).
-          this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
-          return jobs;
+          return this.delivered(queue, jobs, started);
         }
         // Released expired leases are claimable by the next statement.
         if (reaped > 0) continue;
@@ -244,10 +240,7 @@ export class Queues {
             await this.unlease(queue, jobs);
             return this.empty();
           }
-          this.counters.of(queue).claimed += jobs.length;
-          this.counters.claimWait.observe((performance.now() - started) / 1000);
-          this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
-          return jobs;
+          return this.delivered(queue, jobs, started);
         }
         woken = waited.why === 'woken';
         if (signal.aborted || this.wakeups.closed) return this.empty();
@@ -270,6 +263,15 @@ export class Queues {
     } catch {
       // The leases expire, and the jobs are claimable again then.
     }
+  }
+
+  /** A claim answers with jobs (claimed by its statement or handed off): counted, and waiting claims
+   * learn when these leases could run out (a crashed worker). */
+  private delivered(queue: string, jobs: ClaimedJob[], started: number): ClaimedJob[] {
+    this.counters.of(queue).claimed += jobs.length;
+    this.counters.claimWait.observe((performance.now() - started) / 1000);
+    this.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
+    return jobs;
   }
 
   private empty(): ClaimedJob[] {
