@@ -104,22 +104,34 @@ export function startService(
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
   });
   return new Promise((resolve, reject) => {
-    let buf = '';
-    proc.stdout!.setEncoding('utf8');
-    proc.stdout!.on('data', (chunk: string) => {
-      buf += chunk;
-      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        try {
-          const j = JSON.parse(line) as { msg?: string; url?: string };
-          if (j.msg === 'commitfeed ready' && j.url) resolve({ proc, url: j.url });
-        } catch {
-          // not a log line
-        }
-      }
+    onLogLines(proc, (_line, j) => {
+      if (j?.msg === 'commitfeed ready' && typeof j.url === 'string') resolve({ proc, url: j.url });
     });
     proc.on('exit', (code) => reject(new Error(`service exited with ${code} before it was ready`)));
+  });
+}
+
+/** Calls `fn` with every line a child process writes to stdout, and the line parsed when it is a JSON
+ * log line (undefined otherwise). */
+export function onLogLines(
+  proc: ChildProcess,
+  fn: (line: string, json: Record<string, unknown> | undefined) => void,
+): void {
+  let buf = '';
+  proc.stdout!.setEncoding('utf8');
+  proc.stdout!.on('data', (chunk: string) => {
+    buf += chunk;
+    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      let json: Record<string, unknown> | undefined;
+      try {
+        json = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        // not a log line
+      }
+      fn(line, json);
+    }
   });
 }
 

@@ -7,7 +7,7 @@ import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { parseSse, textChunks } from '../src/client/sse.ts';
-import { testDatabase, until } from './helpers.ts';
+import { onLogLines, testDatabase, until } from './helpers.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 
@@ -53,22 +53,12 @@ function startCluster(t: { teardown(fn: () => unknown): void }, databaseUrl: str
     }
   });
   return new Promise((resolve, reject) => {
-    let buf = '';
-    proc.stdout!.setEncoding('utf8');
-    proc.stdout!.on('data', (chunk: string) => {
-      buf += chunk;
-      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        lines.push(line);
-        try {
-          const j = JSON.parse(line) as { msg?: string; url?: string; worker?: number; pid?: number };
-          if (j.msg === 'worker ready' && j.worker && j.pid) pids.set(j.worker, j.pid);
-          if (j.msg === 'commitfeed ready' && j.url) resolve({ proc, url: j.url, pids, lines });
-        } catch {
-          // not a log line
-        }
-      }
+    onLogLines(proc, (line, j) => {
+      lines.push(line);
+      if (j?.msg === 'worker ready' && typeof j.worker === 'number' && typeof j.pid === 'number')
+        pids.set(j.worker, j.pid);
+      if (j?.msg === 'commitfeed ready' && typeof j.url === 'string')
+        resolve({ proc, url: j.url, pids, lines });
     });
     proc.on('exit', (code) => reject(new Error(`cluster exited with ${code} before it was ready`)));
   });
