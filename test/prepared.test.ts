@@ -84,7 +84,7 @@ t.test('the tail read keeps index scans when planned on a fresh, unanalysed feed
     await sql`set plan_cache_mode = force_generic_plan`.execute(conn);
     await sql`prepare tail_probe as ${sql.raw(TAIL_SQL)}`.execute(conn);
     const { rows } = await sql<{ 'QUERY PLAN': string }>`
-      explain (costs off) execute tail_probe('1', 1, 1000)`.execute(conn);
+      explain (costs off) execute tail_probe('1', 1, 1000, '{}')`.execute(conn);
     const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
     t.notMatch(plan, /Seq Scan on feed_/, 'no sequential scan of a feed partition');
     t.match(

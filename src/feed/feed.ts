@@ -1,7 +1,7 @@
 /**
  * One process's feed machinery, wired together: the batcher (writes), the listener (NOTIFY), the
  * tailer (reads the global tail) and the hub (fan-out). Follow one event: batcher.publish →
- * appendEvents commits → onCommit pokes the tailer (other processes hear the NOTIFY through their
+ * appendCheckedEvents commits (and own-writes.ts keeps the events) → onCommit pokes the tailer (other processes hear the NOTIFY through their
  * listener) → tailer.readTail → hub.onEvents → the subscriber's SSE frame.
  */
 import type { Kysely } from 'kysely';
@@ -11,6 +11,8 @@ import { Hub } from './hub.ts';
 import { Janitor } from '../retention/janitor.ts';
 import type { FeedEvent } from './event.ts';
 import { Listener } from './listener.ts';
+import { OwnWrites } from './own-writes.ts';
+import { appendCheckedEvents } from './queries.ts';
 import { FeedReads, type StandbyDb } from './reads.ts';
 import { Tailer } from './tailer.ts';
 
@@ -49,6 +51,8 @@ export class Feed {
   readonly listener: Listener;
   readonly janitor: Janitor;
   readonly reads: FeedReads;
+  /** This process's commits the tailer has not yet read past (see own-writes.ts). */
+  readonly own: OwnWrites;
   /** Read-only observers of every page the tailer reads (the live page's sampler counts them). */
   private readonly watchers = new Set<(events: readonly FeedEvent[]) => void>();
 
@@ -57,8 +61,11 @@ export class Feed {
       lagWaitMs: opts.readLagWaitMs ?? 1000,
       log: opts.log,
     });
+    // Held until the tailer has read past them: at most a window's worth (see own-writes.ts).
+    this.own = new OwnWrites(opts.windowEvents);
     this.tailer = new Tailer(opts.db, {
       reads: this.reads,
+      own: this.own,
       pageSize: opts.pageSize,
       windowEvents: opts.windowEvents,
       pollIntervalMs: opts.pollIntervalMs,
@@ -77,6 +84,11 @@ export class Feed {
     });
     this.batcher = new Batcher(opts.db, {
       maxEvents: opts.batchMaxEvents,
+      write: async (db, events) => {
+        const results = await appendCheckedEvents(db, events);
+        this.own.record(events, results);
+        return results;
+      },
       onCommit: () => this.tailer.wake(),
     });
     const day = 86_400_000;

@@ -11,6 +11,7 @@ import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 import { NAMED_SSE_FRAME_SQL, SSE_FRAME_SQL, lastFrameCursor } from './frames.ts';
 import type { CheckedEventInput, EventInput } from './event.ts';
+import type { OwnWrites } from './own-writes.ts';
 
 export type { FeedEvent } from './event.ts';
 
@@ -171,9 +172,14 @@ export const TAIL_SQL = prepared(`
          case when coalesce(p.n, 1) = 1 then h.mark_txid::text end as mark_txid,
          case when coalesce(p.n, 1) = 1 then h.mark_id::text end as mark_id,
          p.txid::text as txid, p.id::text as id,
-         p.stream, p.type, p.key, p.data::text as data, p.ms
+         -- This process's own recent transactions ($4, see own-writes.ts): position and time only.
+         case when p.own then null else p.stream end as stream,
+         case when p.own then null else p.type end as type,
+         case when p.own then null else p.key end as key,
+         case when p.own then null else p.data::text end as data, p.ms
   from h left join lateral (
-    select ${EVENT_COLUMNS}, row_number() over (order by f.txid, f.id) as n
+    select ${EVENT_COLUMNS}, row_number() over (order by f.txid, f.id) as n,
+           f.txid = any($4::xid8[]) as own
     from commitfeed.feed f
     where (f.txid, f.id) > ($1::xid8, $2::int8) and f.txid < h.xmin
     order by f.txid, f.id
@@ -181,17 +187,34 @@ export const TAIL_SQL = prepared(`
   ) p on true
   order by p.txid, p.id`);
 
-export async function readTail(db: Db, after: Cursor, limit: number): Promise<TailPage> {
+/**
+ * `own`: this process's recent commits (see own-writes.ts); their rows come back without contents
+ * (stream is NULL, which no stored row has) and are completed from it.
+ */
+export async function readTail(db: Db, after: Cursor, limit: number, own?: OwnWrites): Promise<TailPage> {
   const { rows } = await db.executeQuery<
     Row & { horizon: string; waiting: boolean; mark_txid: string; mark_id: string }
-  >(CompiledQuery.raw(TAIL_SQL, [String(after.txid), after.id, limit]));
+  >(CompiledQuery.raw(TAIL_SQL, [String(after.txid), after.id, limit, own?.txids() ?? []]));
   const first = rows[0];
-  return {
-    horizon: Number(first.horizon),
-    waiting: first.waiting,
-    trimMark: trimMarkOf(first),
-    events: first.txid === null ? [] : rows.map(toEvent),
-  };
+  let events: FeedEvent[] = [];
+  if (first.txid !== null) {
+    events = new Array(rows.length);
+    for (let i = 0; i < rows.length; i++) {
+      const r = rows[i];
+      if (r.stream === null) {
+        const e = own?.get(r.txid, Number(r.id));
+        // Cannot happen while own-writes.ts keeps a transaction until the tailer is past it; if it
+        // ever does, the page is read again in full rather than delivered without contents.
+        if (e === undefined) return readTail(db, after, limit);
+        r.stream = e.stream;
+        r.type = e.type;
+        r.key = e.key;
+        r.data = e.data;
+      }
+      events[i] = toEvent(r);
+    }
+  }
+  return { horizon: Number(first.horizon), waiting: first.waiting, trimMark: trimMarkOf(first), events };
 }
 
 /**

@@ -17,6 +17,7 @@ import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { framerFor } from './frames.ts';
 import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
+import type { OwnWrites } from './own-writes.ts';
 import { FeedReads, horizonCovers } from './reads.ts';
 import { readTrimMark } from '../retention/partitions.ts';
 import { readStartPosition } from './start-position.ts';
@@ -31,6 +32,8 @@ export interface TailerOptions {
   onEvents(events: readonly FeedEvent[]): void;
   /** Where tail and catch-up reads run (standbys, see reads.ts); default: `db` itself. */
   reads?: FeedReads;
+  /** This process's recent commits, which the tail read need not send back (see own-writes.ts). */
+  own?: OwnWrites;
 }
 
 const FAST_POLL_MIN_MS = 2;
@@ -121,7 +124,9 @@ export class Tailer {
         const covers = this.wakesRequested;
         const woken = this.commitWakes !== this.commitWakesRead;
         this.commitWakesRead = this.commitWakes;
-        const page = await this.reads.tail(woken, (db) => readTail(db, this.window.tail, this.opts.pageSize));
+        const page = await this.reads.tail(woken, (db) =>
+          readTail(db, this.window.tail, this.opts.pageSize, this.opts.own),
+        );
         if (compareCursors(this.window.tail, page.trimMark) < 0) {
           this.coverFloor = maxCursor(this.coverFloor, page.trimMark);
         }
@@ -136,6 +141,7 @@ export class Tailer {
         // (Every row read is from a transaction below the horizon, so the horizon is past them all.)
         const tail = events.length === this.opts.pageSize ? last! : maxOf(this.window.tail, horizon);
         this.window.append(events, tail);
+        this.opts.own?.release(tail);
         this.stats.events += events.length;
         if (events.length > 0) this.opts.onEvents(events);
         if (events.length === this.opts.pageSize) continue;
