@@ -89,6 +89,29 @@ t.test('own rows come back without contents and complete to exactly what a full 
   t.ok(compareCursors(at, full.events[8]) > 0, 'the tail is past the last event');
 });
 
+t.test('a group without keys is written in one row by append_plain: ids in input order', async (t) => {
+  const db = await open(t);
+  const events = Array.from({ length: 50 }, (_, i) => ev(`s${i % 3}`, i));
+  // Another writer's concurrent statements interleave their ids with ours.
+  const [mine] = await Promise.all([
+    appendCheckedEvents(db, events),
+    ...Array.from({ length: 4 }, (_, i) => appendEvents(db, [ev('other', 100 + i)])),
+  ]);
+  t.equal(new Set(mine.map((r) => r.id.split('-')[0])).size, 1, 'one transaction');
+  t.ok(
+    mine.every((r, i) => !r.duplicate && r.stream === events[i].stream),
+    'one result per event, none a duplicate',
+  );
+  const full = await readTail(db, START, 100);
+  const byCursor = new Map(full.events.map((e) => [e.cursor, e]));
+  t.same(
+    mine.map((r) => byCursor.get(r.id)?.data),
+    events.map((e) => e.data),
+    "each result's cursor is the row holding that event",
+  );
+  t.same(await appendCheckedEvents(db, []), [], 'nothing to write');
+});
+
 t.test('a row that comes back without contents but is not held makes the page be read in full', async (t) => {
   const db = await open(t);
   const own = new OwnWrites(1000);

@@ -26,6 +26,7 @@ const SQL_DIRS = [
 export const SQL_FUNCTIONS = [
   'invalid-name',
   'refuse-invalid',
+  'append-plain',
   'append-unchecked',
   'append',
   'publish',

@@ -115,10 +115,28 @@ export async function appendCheckedEvents(
   events: readonly CheckedEventInput[],
 ): Promise<AppendResult[]> {
   if (events.length === 0) return [];
+  if (events.every((e) => e.key === null)) return appendPlain(db, events);
   const { rows } = await db.executeQuery<{ cursor: string; duplicate: boolean }>(
     CompiledQuery.raw(APPEND_UNCHECKED_SQL, appendParams(events)),
   );
   return appendResults(events, rows);
+}
+
+/** commitfeed.append_plain (no keys): one row, the transaction id and the ids in input order. */
+export const APPEND_PLAIN_SQL = prepared(
+  'select tx, ids from commitfeed.append_plain($1::text[], $2::text[], $3::json[])',
+);
+
+async function appendPlain(db: Db, events: readonly CheckedEventInput[]): Promise<AppendResult[]> {
+  const { rows } = await db.executeQuery<{ tx: string; ids: string }>(
+    CompiledQuery.raw(APPEND_PLAIN_SQL, columns(events, ['stream', 'type', 'data'])),
+  );
+  const ids = rows[0]?.ids.split(',') ?? [];
+  if (ids.length !== events.length) {
+    throw new Error(`commitfeed.append_plain returned ${ids.length} ids for ${events.length} events`);
+  }
+  const prefix = `${rows[0].tx}-`;
+  return ids.map((id, i) => ({ id: prefix + id, stream: events[i].stream, duplicate: false }));
 }
 
 export interface TailPage {

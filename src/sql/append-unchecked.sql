@@ -19,17 +19,12 @@ begin
     return;
   end if;
   if cardinality(array_remove(keys, null)) = 0 then
-    -- No keys (the common case): nothing can be a duplicate. Identity values are taken row by row
-    -- as the insert reads unnest's output, so ascending ids are input order.
-    with ins as (
-      insert into commitfeed.feed (stream, type, key, data)
-      select * from unnest(streams, types, keys, datas)
-      returning id
-    )
-    select array(select ins.id from ins order by ins.id) into inserted;
-    perform pg_notify('commitfeed_feed', '');
-    tx := pg_current_xact_id()::text;
-    return query select tx || '-' || x.id::text, false from unnest(inserted) as x(id);
+    -- No keys (the common case): nothing can be a duplicate (see append-plain.sql).
+    return query
+      select p.tx || '-' || x.id, false
+      from commitfeed.append_plain(streams, types, datas) p,
+           unnest(string_to_array(p.ids, ',')) with ordinality as x(id, i)
+      order by x.i;
     return;
   end if;
 
