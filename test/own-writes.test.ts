@@ -1,24 +1,18 @@
-// The tail read does not send back the contents of events this process committed through its group
-// commit (src/feed/own-writes.ts): those rows come back as position and time only and are completed
-// from memory. Checked against a full read of the same feed: interleaved writers, a transaction
-// that commits after later ones, keys and duplicates, paging, release, the cap, and the
-// "not held" fallback; and end to end through the server.
-import { CompiledQuery } from 'kysely';
+// The tail read skips the rows of transactions this process committed through its group commit
+// (src/feed/own-writes.ts) and the tailer puts those events in from memory. Checked against full
+// reads of the same feed: interleaved writers, a transaction that commits after later ones, keyed
+// groups (never held), small pages, a transaction recorded while a read was in flight, release, the
+// cap; and end to end through the server.
 import t from 'tap';
 import { createDatabase } from '../src/db/database.ts';
-import { START, compareCursors } from '../src/feed/cursor.ts';
+import { type Cursor, START, compareCursors, horizonCursor } from '../src/feed/cursor.ts';
 import type { CheckedEventInput, EventInput } from '../src/feed/event.ts';
 import { OwnWrites } from '../src/feed/own-writes.ts';
-import {
-  type FeedEvent,
-  TAIL_SQL,
-  appendCheckedEvents,
-  appendEvents,
-  readTail,
-} from '../src/feed/queries.ts';
+import { type FeedEvent, appendCheckedEvents, appendEvents, readTail } from '../src/feed/queries.ts';
+import { Tailer } from '../src/feed/tailer.ts';
 import { openSse, publish, startTestServer, testDatabase, until } from './helpers.ts';
 
-const log = { warn() {}, error() {} };
+const log = { warn() {}, error() {}, info() {} };
 const checked = (e: EventInput) => e as CheckedEventInput;
 const ev = (stream: string, n: number, key: string | null = null): CheckedEventInput =>
   checked({ stream, type: n % 2 ? 'odd' : null, key, data: JSON.stringify({ n, s: 'é ✓ "q"\\ \u2028' }) });
@@ -28,65 +22,114 @@ async function open(t: { teardown(fn: () => unknown): void }) {
   t.teardown(() => db.destroy());
   return db;
 }
+type Db = Awaited<ReturnType<typeof open>>;
 
 /** What a reader sees of an event (everything the window keeps). */
 const shape = (e: FeedEvent) => [e.txid, e.id, e.cursor, e.stream, e.type, e.key, e.data, e.ms];
 
-t.test('own rows come back without contents and complete to exactly what a full read returns', async (t) => {
+/** Every finished event after `from`, read from the table alone (no held events). */
+async function fullRead(db: Db, from: Cursor): Promise<FeedEvent[]> {
+  const out: FeedEvent[] = [];
+  let at = from;
+  for (;;) {
+    const page = await readTail(db, at, 1000);
+    out.push(...page.events);
+    if (page.events.length < 1000) return out;
+    at = page.events[page.events.length - 1];
+  }
+}
+
+t.test('a tailer with held events delivers exactly what the table holds, in feed order', async (t) => {
   const db = await open(t);
   const own = new OwnWrites(1000);
-  const write = async (events: CheckedEventInput[]) => {
-    const results = await appendCheckedEvents(db, events);
-    own.record(events, results);
-    return results;
-  };
-  // A transaction elsewhere takes ids first and commits last (out of order), around our commits.
-  const late = await db.transaction().execute(async (trx) => {
-    await appendEvents(trx, [ev('other', 100), ev('other', 101)]);
-    await write([ev('a', 1), ev('b', 2, 'k1'), ev('a', 3)]);
-    await appendEvents(db, [ev('other', 102)]);
-    // A duplicate key (no row) and a key repeated within the call, beside new events.
-    const dup = await write([ev('b', 4, 'k1'), ev('a', 5, 'k2'), ev('a', 6, 'k2'), ev('c', 7)]);
-    return dup;
+  const got: FeedEvent[] = [];
+  // Pages of 3 rows: held events are put in across many full and partial pages.
+  const tailer = new Tailer(db, {
+    pageSize: 3,
+    windowEvents: 1000,
+    pollIntervalMs: 50,
+    log,
+    own,
+    onEvents: (e) => got.push(...e),
   });
+  await tailer.start();
+  t.teardown(() => tailer.stop());
+  const from = tailer.position;
+  const write = (events: CheckedEventInput[]) => appendCheckedEvents(db, events, own);
+
+  // A transaction elsewhere takes ids first and commits last: the horizon holds every later
+  // commit (ours included) back until it ends.
+  let release!: () => void;
+  let started!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const inserted = new Promise<void>((r) => (started = r));
+  const late = db.transaction().execute(async (trx) => {
+    await appendEvents(trx, [ev('other', 100), ev('other', 101)]);
+    started();
+    await held;
+  });
+  await inserted;
+  await write([ev('a', 1), ev('a', 2), ev('b', 3), ev('a', 4)]);
+  await appendEvents(db, [ev('other', 102)]);
+  await write([ev('c', 5)]);
+  await write([ev('a', 6, 'k1'), ev('a', 7)]); // keys: written by append_unchecked, never held
+  await Promise.all([
+    write([ev('d', 8), ev('d', 9)]),
+    appendEvents(db, [ev('other', 103)]),
+    write([ev('e', 10)]),
+  ]);
+  t.equal(own.size, 8, 'the keyless groups are held');
+  tailer.wake();
+  await tailer.settled(2000);
+  t.equal(got.length, 0, 'nothing is delivered past a transaction that may still commit');
+  release();
+  await late;
+  await write([ev('f', 11), ev('f', 12), ev('f', 13), ev('f', 14), ev('f', 15)]);
+  const all = await fullRead(db, from);
+  t.equal(all.length, 2 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 5, 'every event is in the table');
+  await until(
+    async () => {
+      tailer.wake();
+      return got.length >= all.length;
+    },
+    10000,
+    'the tailer to deliver every event',
+  );
+  t.same(got.map(shape), all.map(shape), 'the same events, with the same contents, in the same order');
+  await until(() => own.size === 0, 5000, 'the held events to be released');
+});
+
+t.test('a transaction recorded while a read was in flight comes from the table, once', async (t) => {
+  const db = await open(t);
+  const own = new OwnWrites(1000);
+  const before = new OwnWrites(1000);
+  await appendCheckedEvents(db, [ev('a', 1)], own);
+  // Written and committed, but recorded only after the next read was sent (a late record).
+  const late = [ev('b', 2), ev('b', 3)];
+  await appendCheckedEvents(db, late, before);
+  const page = await readTail(db, START, 100, own);
   t.same(
-    late.map((r) => r.duplicate),
-    [true, false, true, false],
-    'the duplicate and the repeat wrote no rows',
+    page.events.map((e) => e.data),
+    late.map((e) => e.data),
+    'the page skips the recorded transaction and returns the other one',
   );
-  await write([ev('c', 8)]);
-  t.equal(own.size, 6, 'every new row of ours is held, no duplicates');
-
-  // The statement itself leaves our rows' contents out (not only the completion).
-  const { rows } = await db.executeQuery<{ txid: string; stream: string | null; data: string | null }>(
-    CompiledQuery.raw(TAIL_SQL, ['0', 0, 100, own.txids()]),
+  const [tx] = before.txids();
+  const w = before.between([tx], START, horizonCursor(page.horizon));
+  own.record(
+    tx,
+    w.map((e) => e.id),
+    late,
+    w[0].ms,
   );
-  const ownRows = rows.filter((r) => own.get(r.txid, Number((r as unknown as { id: string }).id)));
-  t.equal(ownRows.length, 6, 'the read returns all six of our rows');
-  t.ok(
-    ownRows.every((r) => r.stream === null && r.data === null),
-    'our rows come back as position and time only',
+  const tail = horizonCursor(page.horizon);
+  const held = own.between(page.skipped, START, tail);
+  t.same(
+    held.map((e) => JSON.parse(e.data).n),
+    [1],
+    'only the transaction the read skipped is put in from memory',
   );
-  t.equal(rows.filter((r) => r.stream !== null).length, 3, "the other writer's rows come back whole");
-
-  const full = await readTail(db, START, 100);
-  const mine = await readTail(db, START, 100, own);
-  t.equal(full.events.length, 9);
-  t.same(mine.events.map(shape), full.events.map(shape), 'the same events, in the same order');
-
-  // Page by page with release after each page, as the tailer does.
-  let at = START;
-  const paged: FeedEvent[] = [];
-  for (let i = 0; i < 20; i++) {
-    const page = await readTail(db, at, 2, own);
-    paged.push(...page.events);
-    at = page.events.length === 2 ? page.events[1] : { txid: page.horizon, id: 0 };
-    own.release(at);
-    if (page.events.length < 2) break;
-  }
-  t.same(paged.map(shape), full.events.map(shape), 'paged reads with release: the same events');
-  t.equal(own.size, 0, 'everything is released once the tail is past it');
-  t.ok(compareCursors(at, full.events[8]) > 0, 'the tail is past the last event');
+  own.release(tail);
+  t.equal(own.size, 0, 'both are released once the tail is past them');
 });
 
 t.test('a group without keys is written in one row by append_plain: ids in input order', async (t) => {
@@ -102,8 +145,7 @@ t.test('a group without keys is written in one row by append_plain: ids in input
     mine.every((r, i) => !r.duplicate && r.stream === events[i].stream),
     'one result per event, none a duplicate',
   );
-  const full = await readTail(db, START, 100);
-  const byCursor = new Map(full.events.map((e) => [e.cursor, e]));
+  const byCursor = new Map((await fullRead(db, START)).map((e) => [e.cursor, e]));
   t.same(
     mine.map((r) => byCursor.get(r.id)?.data),
     events.map((e) => e.data),
@@ -112,29 +154,15 @@ t.test('a group without keys is written in one row by append_plain: ids in input
   t.same(await appendCheckedEvents(db, []), [], 'nothing to write');
 });
 
-t.test('a row that comes back without contents but is not held makes the page be read in full', async (t) => {
-  const db = await open(t);
-  const own = new OwnWrites(1000);
-  const events = [ev('a', 1), ev('a', 2)];
-  const results = await appendCheckedEvents(db, events);
-  // Hold the transaction with only its first event (an inconsistency that must not lose contents).
-  own.record([events[0]], [results[0]]);
-  const page = await readTail(db, START, 100, own);
-  t.same(
-    page.events.map((e) => e.data),
-    events.map((e) => e.data),
-    'both events carry their contents',
-  );
-});
-
-t.test('past maxEvents held, commits are not recorded and are read back whole', async (t) => {
+t.test('past maxEvents held, commits are not recorded and are read from the table', async (t) => {
   const db = await open(t);
   const own = new OwnWrites(2);
   const events = [ev('a', 1), ev('a', 2), ev('a', 3)];
-  own.record(events, await appendCheckedEvents(db, events));
+  await appendCheckedEvents(db, events, own);
   t.equal(own.size, 0, 'nothing held');
   t.equal(own.stats.skipped, 3, 'counted as skipped');
   const page = await readTail(db, START, 100, own);
+  t.same(page.skipped, [], 'the read skips nothing');
   t.same(
     page.events.map((e) => e.data),
     events.map((e) => e.data),
@@ -146,10 +174,11 @@ t.test(
   async (t) => {
     const server = await startTestServer(t, await testDatabase(t));
     const sse = await openSse(t, `${server.url}/v1/streams/own/events?after=0-0`);
-    // Concurrent publishes (grouped into shared statements), five of them repeating an earlier key.
-    const sent = Array.from({ length: 30 }, (_, i) => ({
+    // Concurrent publishes (grouped into shared statements); ten carry keys, five of them repeating
+    // an earlier key (groups with keys are not held).
+    const sent = Array.from({ length: 40 }, (_, i) => ({
       type: 'n',
-      key: `k${i % 25}`,
+      ...(i >= 25 ? { key: `k${i % 5}` } : {}),
       data: { i, t: 'ü' },
     }));
     const answers = await Promise.all(sent.map((body) => publish(server.url, 'own', body)));
@@ -161,9 +190,9 @@ t.test(
     answers.forEach((r, i) => {
       if (!r.body.duplicate) written.set(r.body.id, sent[i].data);
     });
-    t.equal(written.size, 25, 'one event per key was written');
-    t.ok(server.feed.own.stats.recorded >= 25, 'the group commit recorded its events');
-    const frames = await sse.waitFor(25);
+    t.equal(written.size, 30, 'one event per publish without a key or with a new key');
+    t.ok(server.feed.own.stats.recorded > 0, 'the group commit held events');
+    const frames = await sse.waitFor(30);
     t.same(
       frames.map((f) => [f.id, f.event, JSON.parse(f.data!)]),
       [...written]

@@ -84,11 +84,8 @@ export class Feed {
     });
     this.batcher = new Batcher(opts.db, {
       maxEvents: opts.batchMaxEvents,
-      write: async (db, events) => {
-        const results = await appendCheckedEvents(db, events);
-        this.own.record(events, results);
-        return results;
-      },
+      // One autocommit statement per group: committed when it returns, so its events may be held.
+      write: (db, events) => appendCheckedEvents(db, events, this.own),
       onCommit: () => this.tailer.wake(),
     });
     const day = 86_400_000;

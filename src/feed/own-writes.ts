@@ -1,32 +1,36 @@
 /**
- * The events this process has just committed, kept until the tailer has read past them, so that the
- * tail read need not send their contents back: it returns their position (txid, id) and time only,
- * and the tailer takes stream, type, key and data from here. The feed stays the truth for which
- * events exist and in what order (the read still returns every row, horizon and page rules
- * unchanged); only the bytes this process already holds stop making the round trip. Measured before
- * this: reading back every event written was ~40% of the server's CPU per event of a batched publish
- * and most of PostgreSQL's tail-read time (bench/RESULTS.md, "Hot path, round four").
+ * The events this process has just committed through its group commit, kept until the tailer has
+ * read past them, so that the tail read need not send them back: it skips the rows of these
+ * transactions and the tailer puts the events in from here, in feed order, within the same bounds
+ * the read gives every other row (after the tailer's position, up to the tail the read establishes:
+ * the horizon, or the last row of a full page). Which events exist and where they stand is still
+ * the feed's: a transaction is recorded only after its commit returned, so its rows are committed,
+ * and the horizon decides when they are final, exactly as for rows read from the table. Measured
+ * before this: reading back every event written was ~40% of the server's CPU per event of a
+ * batched publish (bench/RESULTS.md, "Hot path, round four").
  *
- * Lifecycle: the group commit records each committed statement's events (keyed by the transaction
- * id in their cursors) before it wakes the tailer; every tail read sends the recorded transaction
- * ids and fills in the rows that come back without contents; after each read the tailer releases
- * the transactions it has read past. Events committed outside the group commit (/v1/tx, the SQL
- * functions, other processes) are never recorded and come back whole.
+ * Lifecycle: the group commit records each committed statement (its transaction id, the new ids in
+ * input order, the one created_at time of its rows, and the events) before it wakes the tailer.
+ * Each tail read sends the recorded transaction ids, and only events of those transactions are
+ * taken from here for that read (`between`): a transaction recorded while a read was in flight was
+ * not skipped by it, so its rows came from the table. After each read the tailer releases the
+ * transactions it has read past.
  * Failure: nothing here touches the database. A commit whose outcome is unknown (connection lost)
- * is not recorded, so its rows are read back in full. If a transaction's rows sit behind the
- * horizon for long (a long-running transaction elsewhere), recording stops at `maxEvents` held
- * events and later commits are read back in full until the tailer catches up. A row that comes
- * back without contents and is not held here would be a bug: the read is repeated in full.
+ * is not recorded, so its rows are read from the table; so are events committed outside the group
+ * commit (/v1/tx, the SQL functions, other processes) and groups with keys. If transactions wait
+ * behind the horizon for long (a long-running transaction elsewhere), recording stops at
+ * `maxEvents` held events and later commits are read from the table until the tailer catches up.
  */
-import type { Cursor } from './cursor.ts';
-import type { AppendResult } from './queries.ts';
-import type { EventInput } from './event.ts';
+import { type Cursor, compareCursors } from './cursor.ts';
+import type { EventInput, FeedEvent } from './event.ts';
 
 interface Written {
+  tx: string;
   txid: number;
-  /** The highest id the transaction wrote: once the tailer is past (txid, lastId), it is released. */
-  lastId: number;
-  byId: Map<number, EventInput>;
+  /** Ascending (ids are taken in input order). */
+  ids: number[];
+  events: readonly EventInput[];
+  ms: number;
 }
 
 export class OwnWrites {
@@ -37,46 +41,57 @@ export class OwnWrites {
 
   constructor(private readonly maxEvents: number) {}
 
-  /** Keeps a committed statement's events (results in the same order; duplicates wrote no row). */
-  record(events: readonly EventInput[], results: readonly AppendResult[]): void {
+  /** Keeps one committed statement's events: transaction `tx`, `ids[i]` is `events[i]`'s row. */
+  record(tx: string, ids: number[], events: readonly EventInput[], ms: number): void {
     if (this.held + events.length > this.maxEvents) {
       this.stats.skipped += events.length;
       return;
     }
-    for (let i = 0; i < results.length; i++) {
-      const r = results[i];
-      if (r.duplicate) continue;
-      const dash = r.id.indexOf('-');
-      const tx = r.id.slice(0, dash);
-      const id = Number(r.id.slice(dash + 1));
-      let w = this.txs.get(tx);
-      if (w === undefined) {
-        w = { txid: Number(tx), lastId: 0, byId: new Map() };
-        this.txs.set(tx, w);
-      }
-      w.byId.set(id, events[i]);
-      if (id > w.lastId) w.lastId = id;
-      this.held++;
-      this.stats.recorded++;
-    }
+    this.txs.set(tx, { tx, txid: Number(tx), ids, events, ms });
+    this.held += events.length;
+    this.stats.recorded += events.length;
   }
 
-  /** The transactions whose rows the next tail read may return without contents (xid8 texts). */
+  /** The transactions the next tail read skips (xid8 texts); pass the same list to between(). */
   txids(): string[] {
     return [...this.txs.keys()];
   }
 
-  /** The event this process wrote at (txid, id), if it is held. */
-  get(txid: string, id: number): EventInput | undefined {
-    return this.txs.get(txid)?.byId.get(id);
+  /** The held events of the transactions in `txids` in (after, upTo], in feed order. */
+  between(txids: readonly string[], after: Cursor, upTo: Cursor): FeedEvent[] {
+    const out: FeedEvent[] = [];
+    const listed = txids
+      .map((tx) => this.txs.get(tx))
+      .filter((w): w is Written => w !== undefined && w.txid >= after.txid && w.txid <= upTo.txid)
+      .sort((a, b) => a.txid - b.txid);
+    for (const w of listed) {
+      for (let i = 0; i < w.ids.length; i++) {
+        const at = { txid: w.txid, id: w.ids[i] };
+        if (compareCursors(at, after) <= 0) continue;
+        if (compareCursors(at, upTo) > 0) break;
+        const e = w.events[i];
+        out.push({
+          txid: w.txid,
+          id: w.ids[i],
+          cursor: `${w.tx}-${w.ids[i]}`,
+          stream: e.stream,
+          type: e.type,
+          key: e.key,
+          data: e.data,
+          ms: w.ms,
+        });
+      }
+    }
+    return out;
   }
 
   /** Forgets every transaction the tailer has read past (`tail`). */
   release(tail: Cursor): void {
     if (this.txs.size === 0) return;
     for (const [tx, w] of this.txs) {
-      if (w.txid < tail.txid || (w.txid === tail.txid && w.lastId <= tail.id)) {
-        this.held -= w.byId.size;
+      const last = { txid: w.txid, id: w.ids[w.ids.length - 1] };
+      if (compareCursors(last, tail) <= 0) {
+        this.held -= w.events.length;
         this.txs.delete(tx);
       }
     }
@@ -86,4 +101,18 @@ export class OwnWrites {
   get size(): number {
     return this.held;
   }
+}
+
+/** Merges two lists each in feed order into one. */
+export function mergeInOrder(a: FeedEvent[], b: FeedEvent[]): FeedEvent[] {
+  if (b.length === 0) return a;
+  if (a.length === 0) return b;
+  const out: FeedEvent[] = new Array(a.length + b.length);
+  let i = 0;
+  let j = 0;
+  let k = 0;
+  while (i < a.length && j < b.length) out[k++] = compareCursors(a[i], b[j]) < 0 ? a[i++] : b[j++];
+  while (i < a.length) out[k++] = a[i++];
+  while (j < b.length) out[k++] = b[j++];
+  return out;
 }

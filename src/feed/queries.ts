@@ -113,30 +113,41 @@ export async function appendEvents(db: Db, events: readonly EventInput[]): Promi
 export async function appendCheckedEvents(
   db: Db,
   events: readonly CheckedEventInput[],
+  own?: OwnWrites,
 ): Promise<AppendResult[]> {
   if (events.length === 0) return [];
-  if (events.every((e) => e.key === null)) return appendPlain(db, events);
+  if (events.every((e) => e.key === null)) return appendPlain(db, events, own);
   const { rows } = await db.executeQuery<{ cursor: string; duplicate: boolean }>(
     CompiledQuery.raw(APPEND_UNCHECKED_SQL, appendParams(events)),
   );
   return appendResults(events, rows);
 }
 
-/** commitfeed.append_plain (no keys): one row, the transaction id and the ids in input order. */
+/** commitfeed.append_plain (no keys): one row, the transaction id, the ids in input order, the time. */
 export const APPEND_PLAIN_SQL = prepared(
-  'select tx, ids from commitfeed.append_plain($1::text[], $2::text[], $3::json[])',
+  'select tx, ids, ms from commitfeed.append_plain($1::text[], $2::text[], $3::json[])',
 );
 
-async function appendPlain(db: Db, events: readonly CheckedEventInput[]): Promise<AppendResult[]> {
-  const { rows } = await db.executeQuery<{ tx: string; ids: string }>(
+/**
+ * `own`: only for a statement that commits by itself (the group commit's, not a caller's
+ * transaction): its events are recorded for the tailer once it has committed (see own-writes.ts).
+ */
+async function appendPlain(
+  db: Db,
+  events: readonly CheckedEventInput[],
+  own: OwnWrites | undefined,
+): Promise<AppendResult[]> {
+  const { rows } = await db.executeQuery<{ tx: string; ids: string; ms: number }>(
     CompiledQuery.raw(APPEND_PLAIN_SQL, columns(events, ['stream', 'type', 'data'])),
   );
-  const ids = rows[0]?.ids.split(',') ?? [];
-  if (ids.length !== events.length) {
-    throw new Error(`commitfeed.append_plain returned ${ids.length} ids for ${events.length} events`);
+  const texts = rows[0]?.ids.split(',') ?? [];
+  if (texts.length !== events.length) {
+    throw new Error(`commitfeed.append_plain returned ${texts.length} ids for ${events.length} events`);
   }
-  const prefix = `${rows[0].tx}-`;
-  return ids.map((id, i) => ({ id: prefix + id, stream: events[i].stream, duplicate: false }));
+  const { tx, ms } = rows[0];
+  own?.record(tx, texts.map(Number), events, ms);
+  const prefix = `${tx}-`;
+  return texts.map((id, i) => ({ id: prefix + id, stream: events[i].stream, duplicate: false }));
 }
 
 export interface TailPage {
@@ -148,6 +159,8 @@ export interface TailPage {
   /** The highest cursor retention has dropped, from the same snapshot (see Tailer: a tailer behind it
    * may have missed rows, so its window must not claim to cover them). */
   trimMark: Cursor;
+  /** The transactions whose rows the page left out (this process's own, see readTail). */
+  skipped: string[];
 }
 
 /**
@@ -190,49 +203,36 @@ export const TAIL_SQL = prepared(`
          case when coalesce(p.n, 1) = 1 then h.mark_txid::text end as mark_txid,
          case when coalesce(p.n, 1) = 1 then h.mark_id::text end as mark_id,
          p.txid::text as txid, p.id::text as id,
-         -- This process's own recent transactions ($4, see own-writes.ts): position and time only.
-         case when p.own then null else p.stream end as stream,
-         case when p.own then null else p.type end as type,
-         case when p.own then null else p.key end as key,
-         case when p.own then null else p.data::text end as data, p.ms
+         p.stream, p.type, p.key, p.data::text as data, p.ms
   from h left join lateral (
-    select ${EVENT_COLUMNS}, row_number() over (order by f.txid, f.id) as n,
-           f.txid = any($4::xid8[]) as own
+    select ${EVENT_COLUMNS}, row_number() over (order by f.txid, f.id) as n
     from commitfeed.feed f
     where (f.txid, f.id) > ($1::xid8, $2::int8) and f.txid < h.xmin
+      -- This process's own recent transactions: it holds their events (see own-writes.ts).
+      and f.txid <> all($4::xid8[])
     order by f.txid, f.id
     limit $3
   ) p on true
   order by p.txid, p.id`);
 
 /**
- * `own`: this process's recent commits (see own-writes.ts); their rows come back without contents
- * (stream is NULL, which no stored row has) and are completed from it.
+ * `own`: this process's recent commits (see own-writes.ts). The page leaves their rows out; it
+ * says which transactions it left out (`skipped`) so that the tailer puts in those events, and
+ * only those, up to the tail the page establishes.
  */
 export async function readTail(db: Db, after: Cursor, limit: number, own?: OwnWrites): Promise<TailPage> {
+  const skipped = own?.txids() ?? [];
   const { rows } = await db.executeQuery<
     Row & { horizon: string; waiting: boolean; mark_txid: string; mark_id: string }
-  >(CompiledQuery.raw(TAIL_SQL, [String(after.txid), after.id, limit, own?.txids() ?? []]));
+  >(CompiledQuery.raw(TAIL_SQL, [String(after.txid), after.id, limit, skipped]));
   const first = rows[0];
-  let events: FeedEvent[] = [];
-  if (first.txid !== null) {
-    events = new Array(rows.length);
-    for (let i = 0; i < rows.length; i++) {
-      const r = rows[i];
-      if (r.stream === null) {
-        const e = own?.get(r.txid, Number(r.id));
-        // Cannot happen while own-writes.ts keeps a transaction until the tailer is past it; if it
-        // ever does, the page is read again in full rather than delivered without contents.
-        if (e === undefined) return readTail(db, after, limit);
-        r.stream = e.stream;
-        r.type = e.type;
-        r.key = e.key;
-        r.data = e.data;
-      }
-      events[i] = toEvent(r);
-    }
-  }
-  return { horizon: Number(first.horizon), waiting: first.waiting, trimMark: trimMarkOf(first), events };
+  return {
+    horizon: Number(first.horizon),
+    waiting: first.waiting,
+    trimMark: trimMarkOf(first),
+    events: first.txid === null ? [] : rows.map(toEvent),
+    skipped,
+  };
 }
 
 /**

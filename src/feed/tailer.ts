@@ -17,7 +17,7 @@ import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { framerFor } from './frames.ts';
 import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
-import type { OwnWrites } from './own-writes.ts';
+import { type OwnWrites, mergeInOrder } from './own-writes.ts';
 import { FeedReads, horizonCovers } from './reads.ts';
 import { readTrimMark } from '../retention/partitions.ts';
 import { readStartPosition } from './start-position.ts';
@@ -134,17 +134,23 @@ export class Tailer {
         this.stats.reads++;
         this.stats.lastReadAt = Date.now();
         this.errorBackoffMs = 0;
-        const events = page.events;
-        const last = events.length > 0 ? events[events.length - 1] : undefined;
+        const rows = page.events;
+        const full = rows.length === this.opts.pageSize;
         const horizon = horizonCursor(page.horizon);
         // A full page may have more behind it; otherwise everything below the horizon has been read.
         // (Every row read is from a transaction below the horizon, so the horizon is past them all.)
-        const tail = events.length === this.opts.pageSize ? last! : maxOf(this.window.tail, horizon);
+        const tail = full ? rows[rows.length - 1] : maxOf(this.window.tail, horizon);
+        // This process's own events the page skipped, within the same bounds (own-writes.ts).
+        const own = this.opts.own;
+        const events =
+          own && page.skipped.length > 0
+            ? mergeInOrder(rows, own.between(page.skipped, this.window.tail, tail))
+            : rows;
         this.window.append(events, tail);
-        this.opts.own?.release(tail);
+        own?.release(tail);
         this.stats.events += events.length;
         if (events.length > 0) this.opts.onEvents(events);
-        if (events.length === this.opts.pageSize) continue;
+        if (full) continue;
         this.wakesCovered = covers;
         this.releaseSettled();
         if (page.waiting) {
