@@ -211,6 +211,16 @@ export function buildRegistry(deps: MetricsDeps): {
     'Failed tail reads (retried with backoff)',
     () => feed.tailer.stats.errors,
   );
+  mirror(
+    'commitfeed_tailer_own_events_total',
+    'Events this process committed that the tail read did not send back: the tailer took them from memory (src/feed/own-writes.ts)',
+    () => feed.own.stats.recorded,
+  );
+  mirror(
+    'commitfeed_tailer_own_events_unheld_total',
+    'Events this process committed that were read back from the table because too many were already held (rows waiting behind the horizon)',
+    () => feed.own.stats.skipped,
+  );
 
   if (feed.reads.configured) {
     // Across workers (WORKERS > 1): `up` is the least any worker sees, lag the most.
