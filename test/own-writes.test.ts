@@ -201,6 +201,9 @@ t.test(
       'each event arrived once, in feed order, with its id, type and data',
     );
     await until(() => server.feed.own.size === 0, 5000, 'the held events to be released');
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    const held = Number(/^commitfeed_tailer_own_events_total (\d+)$/m.exec(metrics)?.[1]);
+    t.equal(held, server.feed.own.stats.recorded, '/metrics counts the events taken from memory');
   },
 );
 
