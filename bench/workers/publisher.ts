@@ -5,18 +5,17 @@
 //               every payload carries {t: CLOCK_MONOTONIC ms at send, s: per-stream sequence}
 //   sequential  like rate, but one publish at a time, so commit order = sequence order
 // `rate` and `sequential` run until the duration ends or the parent sends {type:'stop'}.
-import http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { connect, type JetStreamClient, type NatsConnection } from 'nats';
 import { fromParent, runWorker, serveJobs, toParent, workerArgs } from '../lib/proc.ts';
+import { RawPoster } from '../lib/raw-post.ts';
 import { monoMs, Recorder } from '../lib/stats.ts';
 import {
   httpPath,
   MERCURE_PATH,
   mercureForm,
   natsSubject,
-  postJson,
   REDIS_PORT,
   redisKey,
   type Target,
@@ -59,40 +58,28 @@ async function makePublisher(
   target: Target,
   connections: number,
 ): Promise<{ publish: PublishFn; close(): Promise<void> }> {
-  if (target.kind === 'http') {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: connections });
-    const port = target.port!;
+  if (target.kind === 'http' || target.kind === 'mercure') {
+    // Raw keep-alive sockets, not node:http: see bench/lib/raw-post.ts (the load generator's CPU is
+    // taken from the server it measures).
+    const poster = new RawPoster(target.port!, connections);
     const query = target.query ?? '';
+    const mercure = target.kind === 'mercure';
+    const auth = mercure ? `Authorization: Bearer ${target.token ?? ''}\r\n` : '';
     return {
       async publish(stream, payload) {
-        const res = await postJson(
-          agent,
-          port,
-          httpPath(stream) + query,
-          `{"type":"bench","data":${payload}}`,
-        );
-        if (res.status !== 201) throw new Error(`HTTP ${res.status}: ${res.body.slice(0, 200)}`);
+        const res = mercure
+          ? await poster.post(
+              MERCURE_PATH,
+              mercureForm(stream, payload),
+              'application/x-www-form-urlencoded',
+              auth,
+            )
+          : await poster.post(httpPath(stream) + query, `{"type":"bench","data":${payload}}`);
+        const ok = mercure ? 200 : 201;
+        if (res.status !== ok) throw new Error(`HTTP ${res.status}: ${res.body.slice(0, 200)}`);
       },
       async close() {
-        agent.destroy();
-      },
-    };
-  }
-  if (target.kind === 'mercure') {
-    // The Mercure hub: a form POST with the stream's topic and the payload as `data`; 200 + the id.
-    const agent = new http.Agent({ keepAlive: true, maxSockets: connections });
-    const port = target.port!;
-    const headers = {
-      'content-type': 'application/x-www-form-urlencoded',
-      authorization: `Bearer ${target.token ?? ''}`,
-    };
-    return {
-      async publish(stream, payload) {
-        const res = await postJson(agent, port, MERCURE_PATH, mercureForm(stream, payload), headers);
-        if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${res.body.slice(0, 200)}`);
-      },
-      async close() {
-        agent.destroy();
+        poster.close();
       },
     };
   }
