@@ -1,7 +1,9 @@
 /**
  * The tailer: one per process, the only reader of the global tail. It reads the feed past its
  * cursor, up to the horizon (transactions certainly finished), in pages, into the in-memory window,
- * and hands each page to the hub for fan-out. 10,000 subscribers cost one query per wake.
+ * and hands each page to the hub for fan-out. 10,000 subscribers cost one query per wake. The read
+ * skips the rows of this process's own recent commits: own-writes.ts holds those events, and the
+ * tailer puts them into the page within the bounds the read establishes (not sent back).
  *
  * Lifecycle: `start()` positions the cursor at the current horizon (history is served by catch-up
  * reads, not replayed into the window); it then wakes on NOTIFY (via the listener), on a local poke
