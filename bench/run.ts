@@ -287,9 +287,12 @@ function exportCommit(ref: string): string {
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { recursive: true });
     execFileSync('bash', ['-c', `git archive "$0" | tar -x -C "$1"`, sha, dir]);
-    symlinkSync(resolve('node_modules'), join(dir, 'node_modules'));
     writeFileSync(join(dir, '.bench-commit'), `${sha.slice(0, 12)}\n`);
   }
+  // Always this tree's: an export made from another checkout (a worktree since removed) keeps a
+  // link that may no longer resolve.
+  rmSync(join(dir, 'node_modules'), { force: true });
+  symlinkSync(resolve('node_modules'), join(dir, 'node_modules'));
   return dir;
 }
 
