@@ -4,7 +4,8 @@
  * cluster-wide lock through its WAL flush, so one transaction per request caps the whole database;
  * instead, requests that arrive while a write is in flight wait together and go out as the next
  * single statement (one insert, one notify, one commit). When idle, a request is written at once: no
- * timer adds latency.
+ * timer adds latency. A second statement beside one in flight starts once as many items wait as that
+ * one carries (worthStarting), so load makes groups larger instead of making more statements.
  *
  * Lifecycle: created with the pool, `close()` waits for queued and in-flight writes. Failure: if a
  * grouped write fails because the database is unavailable, every request in it fails (HTTP 503);
