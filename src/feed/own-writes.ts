@@ -23,6 +23,7 @@
  */
 import { type Cursor, compareCursors } from './cursor.ts';
 import type { EventInput, FeedEvent } from './event.ts';
+import { feedEvent } from './queries.ts';
 
 interface Written {
   tx: string;
@@ -69,17 +70,7 @@ export class OwnWrites {
         const at = { txid: w.txid, id: w.ids[i] };
         if (compareCursors(at, after) <= 0) continue;
         if (compareCursors(at, upTo) > 0) break;
-        const e = w.events[i];
-        out.push({
-          txid: w.txid,
-          id: w.ids[i],
-          cursor: `${w.tx}-${w.ids[i]}`,
-          stream: e.stream,
-          type: e.type,
-          key: e.key,
-          data: e.data,
-          ms: w.ms,
-        });
+        out.push(feedEvent(w.tx, String(w.ids[i]), w.events[i], w.ms));
       }
     }
     return out;

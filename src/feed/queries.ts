@@ -39,17 +39,20 @@ export interface Row {
 }
 
 export function toEvent(r: Row): FeedEvent {
-  const txid = Number(r.txid);
-  const id = Number(r.id);
+  return feedEvent(r.txid, r.id, r, r.ms);
+}
+
+/** An event at (`tx`, `id`) (their decimal texts) with `e`'s contents: a row read, or one held (own-writes.ts). */
+export function feedEvent(tx: string, id: string, e: EventInput, ms: number): FeedEvent {
   return {
-    txid,
-    id,
-    cursor: `${r.txid}-${r.id}`,
-    stream: r.stream,
-    type: r.type,
-    key: r.key,
-    data: r.data,
-    ms: r.ms,
+    txid: Number(tx),
+    id: Number(id),
+    cursor: `${tx}-${id}`,
+    stream: e.stream,
+    type: e.type,
+    key: e.key,
+    data: e.data,
+    ms,
   };
 }
 
