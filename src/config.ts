@@ -41,6 +41,8 @@ export interface Config {
   pageSize: number;
   /** Fallback poll when no notification arrives, in ms. */
   pollIntervalMs: number;
+  /** How long the tailer may defer reading a commit while nothing in the process waits for events, in ms. */
+  idleReadDelayMs: number;
   /** How long a `latest` start or a read-your-writes read waits for the horizon to pass committed
    * rows (an open transaction holding it back) before answering 503, in ms. */
   startWaitMs: number;
@@ -408,6 +410,13 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     10,
     'Fallback poll of the feed when no notification arrives (notifications are only a hint).',
     { max: MAX_TIMER_MS },
+  ),
+  idleReadDelayMs: duration(
+    'IDLE_READ_DELAY',
+    '25ms',
+    0,
+    'While no SSE subscriber, long-poll or waiting claim is connected to a process, it reads the feed at most this often after commits (one read for many commits instead of one each); a client that connects makes it read at once. 0: read after every commit.',
+    { max: 1000 },
   ),
   startWaitMs: duration(
     'START_WAIT',

@@ -26,6 +26,8 @@ export interface FeedOptions {
   pageSize: number;
   windowEvents: number;
   pollIntervalMs: number;
+  /** IDLE_READ_DELAY: how long a commit's tail read may wait while nobody here waits for events. */
+  idleReadDelayMs?: number;
   heartbeatMs: number;
   sseRetryMs: number;
   slowSubscriberMaxMs?: number;
@@ -70,6 +72,9 @@ export class Feed {
       pageSize: opts.pageSize,
       windowEvents: opts.windowEvents,
       pollIntervalMs: opts.pollIntervalMs,
+      // A publish-only process reads the feed once per stretch, not once per commit (see tailer.ts).
+      idle: () => this.hub.idle,
+      idleDelayMs: opts.idleReadDelayMs ?? 0,
       log: opts.log,
       onEvents: (events) => {
         this.hub.onEvents(events);

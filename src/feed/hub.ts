@@ -146,10 +146,16 @@ export class Hub {
     return this.all.size;
   }
 
+  /** Nobody here waits for new events (no subscriber, long-poll or listener): the tailer may defer. */
+  get idle(): boolean {
+    return this.all.size === 0 && this.waiters.size === 0 && this.listeners.size === 0;
+  }
+
   /** Starts delivering events of `streams` after `cursor` to `sink`. */
   subscribe(streams: readonly string[], cursor: Cursor, sink: Sink, selection?: Selection): Subscription {
     const sub = new Subscription(streams, cursor, sink, selection);
     this.all.add(sub);
+    this.tailer.hurry();
     if (selection?.allStreams) this.everyStream.add(sub);
     else
       for (const s of streams) {
@@ -237,6 +243,7 @@ export class Hub {
       }
       signal?.addEventListener('abort', onAbort, { once: true });
       if (signal?.aborted) this.release(w);
+      else this.tailer.hurry();
     });
   }
 
@@ -252,6 +259,7 @@ export class Hub {
       this.listeners.set(stream, set);
     }
     set.add(fn);
+    this.tailer.hurry();
     return () => {
       const s = this.listeners.get(stream);
       s?.delete(fn);

@@ -10,6 +10,10 @@
  * after our own commits, on a fallback timer, and on a fast re-poll while committed rows wait behind
  * the horizon (the transaction that finally ends may never notify). A NOTIFY is only a latency hint:
  * losing one costs at most one poll interval, never an event.
+ * While nothing in this process waits for new events (`idle()`: no SSE subscriber, long-poll or
+ * waiting claim), a commit's wake is deferred up to `idleDelayMs`, so one read covers every commit
+ * of that stretch instead of one read per commit (a publish-only process spends most of its
+ * database time on reads nobody is waiting for). `hurry()` — someone started waiting — reads at once.
  * Failure: a failed read (database down) is logged and retried with backoff; the cursor only moves
  * past rows actually handed to the hub, so nothing is skipped when the database comes back.
  * With READ_DATABASE_URL, tail and catch-up reads run on a standby through FeedReads (reads.ts),
@@ -36,6 +40,10 @@ export interface TailerOptions {
   reads?: FeedReads;
   /** This process's recent commits, which the tail read need not send back (see own-writes.ts). */
   own?: OwnWrites;
+  /** True while nobody in this process waits for new events: commit wakes may then be deferred. */
+  idle?: () => boolean;
+  /** Longest a commit's wake is deferred while idle (0: never deferred). */
+  idleDelayMs?: number;
 }
 
 const FAST_POLL_MIN_MS = 2;
@@ -56,6 +64,10 @@ export class Tailer {
   private again = false;
   private stopped = true;
   private timer: NodeJS.Timeout | undefined;
+  /** When the timer fires (epoch ms; infinite: none set). */
+  private timerAt = Number.POSITIVE_INFINITY;
+  /** A commit wake was deferred (idle) and no read has started since. */
+  private deferred = false;
   private fastPollMs = FAST_POLL_MIN_MS;
   private errorBackoffMs = 0;
   /** When rows first started waiting behind the horizon (0: none waiting). */
@@ -68,8 +80,17 @@ export class Tailer {
   private commitWakes = 0;
   private commitWakesRead = 0;
   private readonly reads: FeedReads;
-  /** fallbackWakes: reads started by the timer (idle poll, re-poll behind the horizon, backoff). */
-  readonly stats = { reads: 0, events: 0, errors: 0, lastReadAt: 0, fallbackWakes: 0 };
+  /** fallbackWakes: reads started by the timer (idle poll, re-poll behind the horizon, backoff);
+   * deferredWakes: commit wakes deferred while idle; deferredReads: reads their timer started. */
+  readonly stats = {
+    reads: 0,
+    events: 0,
+    errors: 0,
+    lastReadAt: 0,
+    fallbackWakes: 0,
+    deferredWakes: 0,
+    deferredReads: 0,
+  };
 
   constructor(
     private readonly db: Db,
@@ -86,7 +107,7 @@ export class Tailer {
 
   stop(): void {
     this.stopped = true;
-    clearTimeout(this.timer);
+    this.clearTimer();
   }
 
   /** The position up to which every finished event has been read (the live tail). */
@@ -109,11 +130,28 @@ export class Tailer {
     this.wakesRequested++;
     if (commit) this.commitWakes++;
     if (this.stopped) return;
+    const delay = this.opts.idleDelayMs ?? 0;
+    if (commit && delay > 0 && this.opts.idle?.()) {
+      // Nobody waits: read once `delay` from now (or when a read already due sooner runs).
+      this.deferred = true;
+      this.stats.deferredWakes++;
+      if (!this.running && this.timerAt > Date.now() + delay) this.schedule(delay);
+      return;
+    }
+    this.readNow();
+  }
+
+  /** Someone started waiting for new events: a deferred read runs now. */
+  hurry(): void {
+    if (this.deferred && !this.stopped) this.readNow();
+  }
+
+  private readNow(): void {
     if (this.running) {
       this.again = true;
       return;
     }
-    clearTimeout(this.timer);
+    this.clearTimer();
     void this.run();
   }
 
@@ -123,6 +161,7 @@ export class Tailer {
     try {
       for (;;) {
         this.again = false;
+        this.deferred = false;
         const covers = this.wakesRequested;
         const woken = this.commitWakes !== this.commitWakesRead;
         this.commitWakesRead = this.commitWakes;
@@ -173,6 +212,8 @@ export class Tailer {
     } finally {
       this.running = false;
     }
+    // A commit deferred while this read ran (it may have started before the commit) is read later.
+    if (this.deferred && this.errorBackoffMs === 0) next = Math.min(next, this.opts.idleDelayMs ?? 0);
     this.schedule(next);
   }
 
@@ -207,6 +248,7 @@ export class Tailer {
    */
   settled(maxMs = 1000): Promise<void> {
     if (this.wakesCovered >= this.wakesRequested || this.stopped) return Promise.resolve();
+    this.hurry();
     return new Promise((resolve) => {
       const w = { target: this.wakesRequested, resolve };
       this.settleWaiters.push(w);
@@ -230,11 +272,24 @@ export class Tailer {
   private schedule(ms: number): void {
     if (this.stopped) return;
     clearTimeout(this.timer);
+    this.timerAt = Date.now() + ms;
     this.timer = setTimeout(() => {
-      this.stats.fallbackWakes++;
-      this.wake(false);
+      this.timerAt = Number.POSITIVE_INFINITY;
+      // A deferred commit's read is a commit's read (it waits for standbys' replay), not a fallback.
+      if (this.deferred) {
+        this.stats.deferredReads++;
+        this.readNow();
+      } else {
+        this.stats.fallbackWakes++;
+        this.wake(false);
+      }
     }, ms);
     this.timer.unref();
+  }
+
+  private clearTimer(): void {
+    clearTimeout(this.timer);
+    this.timerAt = Number.POSITIVE_INFINITY;
   }
 
   /**

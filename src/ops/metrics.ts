@@ -202,6 +202,11 @@ export function buildRegistry(deps: MetricsDeps): {
   );
   mirror('commitfeed_tailer_polls_total', 'Reads of the global feed tail', () => feed.tailer.stats.reads);
   mirror(
+    'commitfeed_tailer_deferred_wakes_total',
+    'Commit wake-ups deferred by up to IDLE_READ_DELAY because nobody in this process waited for events',
+    () => feed.tailer.stats.deferredWakes,
+  );
+  mirror(
     'commitfeed_tailer_events_total',
     'Events read from the feed tail into the window',
     () => feed.tailer.stats.events,
