@@ -9,7 +9,8 @@
  * Counters come from memory: the batcher's, hub's and queues' own counts (differenced per tick, so
  * every rate is per second over the last second, not an average since start), and a watcher on the
  * feed that sees every page the tailer reads (the whole feed, every instance's writes), which gives
- * per-stream rates over a sliding window and the publish → delivery lag of each event.
+ * per-stream rates over a sliding window and the publish → delivery lag of each event (while nobody
+ * in the process subscribes, the tailer defers its reads by up to IDLE_READ_DELAY, and the lag with it).
  *
  * Lifecycle: started by the server once the feed runs, stopped by its close(); an unref'd 1 s
  * interval in between. A tick whose database reads fail still records the in-memory counters and
