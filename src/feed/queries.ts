@@ -76,14 +76,18 @@ export function appendParams(events: readonly EventInput[]): unknown[] {
   return columns(events, ['stream', 'type', 'key', 'data']);
 }
 
+/** An append's answer carries one result per event: anything else is a bug, never bad input. */
+function expectOnePerEvent(fn: string, results: number, events: readonly unknown[]): void {
+  if (results !== events.length)
+    throw new Error(`${fn} returned ${results} results for ${events.length} events`);
+}
+
 /** APPEND_SQL's rows (one per event, in order) as results. */
 export function appendResults(
   events: readonly EventInput[],
   rows: readonly { cursor: string; duplicate: boolean }[],
 ): AppendResult[] {
-  if (rows.length !== events.length) {
-    throw new Error(`commitfeed.append returned ${rows.length} rows for ${events.length} events`);
-  }
+  expectOnePerEvent('commitfeed.append', rows.length, events);
   return rows.map((r, i) => ({ id: r.cursor, stream: events[i].stream, duplicate: r.duplicate }));
 }
 
@@ -144,9 +148,7 @@ async function appendPlain(
     CompiledQuery.raw(APPEND_PLAIN_SQL, columns(events, ['stream', 'type', 'data'])),
   );
   const texts = rows[0]?.ids.split(',') ?? [];
-  if (texts.length !== events.length) {
-    throw new Error(`commitfeed.append_plain returned ${texts.length} ids for ${events.length} events`);
-  }
+  expectOnePerEvent('commitfeed.append_plain', texts.length, events);
   const { tx, ms } = rows[0];
   own?.record(tx, texts.map(Number), events, ms);
   const prefix = `${tx}-`;
