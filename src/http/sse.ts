@@ -68,9 +68,23 @@ class ResponseSink implements Sink {
   constructor(private readonly res: ServerResponse) {}
 
   // After end (a HEAD, or a stream ended while a write was queued), writes are dropped.
+  //
+  // The cork around the write is for memory, not batching. Left alone, Node corks the socket on a
+  // response's write and uncorks it on the next tick, so the four pieces of a chunked write (size,
+  // CRLF, frame, CRLF) wait in the socket's buffer until then. A fan-out writes to every subscriber
+  // in one tick: with 10,000 streams, 40,000 pieces outlive the young generation, are promoted, and
+  // sit in the old generation as garbage until a major GC (peak RSS ~13–32 KiB per connection). Corked
+  // here, Node skips its own cork, and the uncork hands the frame to the socket at once; a socket
+  // that cannot take it keeps it buffered as before (backpressure is unchanged).
   write(chunk: string): boolean {
     const res = this.res;
-    return !res.destroyed && !res.writableEnded && res.write(chunk);
+    if (res.destroyed || res.writableEnded) return false;
+    const socket = res.socket;
+    if (!socket) return res.write(chunk);
+    socket.cork();
+    const ok = res.write(chunk);
+    socket.uncork();
+    return ok;
   }
 
   drained(): Promise<void> {
@@ -104,7 +118,8 @@ class ResponseSink implements Sink {
   }
 }
 
-function responseSink(res: ServerResponse): Sink {
+/** The Sink of a response whose headers are sent (exported for test/sse-sink.test.ts). */
+export function responseSink(res: ServerResponse): Required<Sink> {
   return new ResponseSink(res);
 }
 
