@@ -4,9 +4,9 @@
 // read, so each live delivery below shows a wake leading to a standby read that sees the waking commit.
 import pg from 'pg';
 import t from 'tap';
-import { horizonCovers } from '../src/feed/reads.ts';
+import { horizonCovers, laterLsn } from '../src/feed/reads.ts';
 import type { Server } from '../src/server.ts';
-import { type SseReader, openSse, publish, startTestServer, until } from './helpers.ts';
+import { type SseReader, openSse, publish, sleep, startTestServer, until } from './helpers.ts';
 import { type StandbyCluster, startStandbyCluster } from './standby-cluster.ts';
 
 // Two ports of their own beside the run's PostgreSQL (primary, standby): TEST_PG_PORT + 10 and + 11.
@@ -50,6 +50,12 @@ async function readyz(s: Server): Promise<{ status: string; checks: Record<strin
   const res = await fetch(`${s.url}/readyz`);
   return (await res.json()) as never;
 }
+
+t.test('laterLsn: WAL positions compare as 64-bit numbers, not as text', async (t) => {
+  t.equal(laterLsn('0/9', '0/10'), '0/10');
+  t.equal(laterLsn('1/0', '0/FFFFFFFF'), '1/0');
+  t.equal(laterLsn('A/1', undefined), 'A/1');
+});
 
 t.test('horizonCovers: a page is complete when its horizon is past the bound', async (t) => {
   t.ok(horizonCovers(11, { txid: 10, id: 5 }));
@@ -136,6 +142,10 @@ t.test('replay paused: read-your-writes and live delivery fall over to the prima
   await live.waitFor(2, 10_000);
   t.same(ids(live), [first.body.id, second.body.id], 'live delivery goes on through the primary');
   await until(() => state(s) === 'lagging', 5000, 'the standby to be reported lagging');
+  // Two probes later it is still lagging: having replayed where the primary was one probe ago does
+  // not bring back a standby whose replay stopped short of what a read needed.
+  await sleep(2500);
+  t.equal(state(s), 'lagging', 'and stays lagging while replay is paused');
   const ready = await readyz(s);
   t.equal(ready.status, 'degraded', '/readyz reports the standby');
   t.equal(ready.checks.standby, false);

@@ -60,6 +60,9 @@ interface Standby extends StandbyDb {
   state: StandbyState;
   lagBytes: number;
   reads: number;
+  /** Where the primary was when a read marked this standby lagging: it serves again only once it has
+   * replayed that far (a paused standby that had replayed the previous probe's position is not back). */
+  mustReach?: string;
 }
 
 const PRIMARY_LSN_SQL = 'select pg_current_wal_flush_lsn()::text as lsn';
@@ -67,6 +70,16 @@ const REPLAY_SQL = `select pg_is_in_recovery() as standby,
   coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false) as reached,
   coalesce(pg_wal_lsn_diff($1::pg_lsn, pg_last_wal_replay_lsn()), -1)::float8 as behind`;
 const MAX_PAUSE_MS = 50;
+
+/** The later of two WAL positions ('16/B374D848'); b may be absent. */
+export function laterLsn(a: string, b: string | undefined): string {
+  if (b === undefined) return a;
+  const n = (lsn: string) => {
+    const [hi, lo] = lsn.split('/');
+    return (BigInt(`0x${hi}`) << 32n) + BigInt(`0x${lo}`);
+  };
+  return n(b) > n(a) ? b : a;
+}
 
 /** A page's statement saw every event up to `upTo`: its snapshot's xmin (`horizon`) is past the
  * transaction of `upTo` (or, for a horizon position `(x, 0)`, at least `x`). */
@@ -164,6 +177,7 @@ export class FeedReads {
         }
         const left = deadline - Date.now();
         if (left <= 0) {
+          s.mustReach = await this.primaryLsn().catch(() => this.lastPrimaryLsn);
           this.setState(s, 'lagging', 'standby is behind the position a read needs');
           break;
         }
@@ -216,6 +230,7 @@ export class FeedReads {
       s.lagBytes = Math.max(0, r.behind);
       const left = deadline - Date.now();
       if (left <= 0) {
+        s.mustReach = target;
         this.setState(
           s,
           'lagging',
@@ -282,11 +297,14 @@ export class FeedReads {
           }
           s.lagBytes = Math.max(0, r.behind);
           if (s.state === 'ok') return;
-          // Caught up to where the primary was one probe ago: close enough to serve reads again.
+          // Caught up to where the primary was one probe ago (close enough to serve reads again) and
+          // to where it was when a read found this standby behind.
           const back = await s.db.executeQuery<{ reached: boolean }>(
-            CompiledQuery.raw(REPLAY_SQL, [previous]),
+            CompiledQuery.raw(REPLAY_SQL, [laterLsn(previous, s.mustReach)]),
           );
-          this.setState(s, back.rows[0].reached ? 'ok' : 'lagging', 'probe');
+          const reached = back.rows[0].reached;
+          if (reached) s.mustReach = undefined;
+          this.setState(s, reached ? 'ok' : 'lagging', 'probe');
         } catch (err) {
           s.lagBytes = -1;
           this.setState(s, 'down', `standby probe failed: ${(err as Error).message}`);
