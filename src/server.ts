@@ -118,8 +118,17 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
     let shuttingDown = false;
     let inFlight = 0;
     let idle: (() => void) | undefined;
-    app.addHook('onRequest', async (_request, reply) => {
+    app.addHook('onRequest', async (request, reply) => {
       if (shuttingDown) {
+        // An EventSource takes any answer but 200 as final and never reconnects, where a dropped
+        // connection it retries (after `retry:`, with Last-Event-ID): a stream request that reached a
+        // kept-alive socket of a server on its way down (the browser reconnecting after the retry
+        // hint below) is dropped, not refused.
+        if (request.headers.accept?.includes('text/event-stream')) {
+          reply.hijack();
+          request.raw.socket.destroy();
+          return;
+        }
         reply.header('retry-after', String(RETRY_AFTER_S)).header('connection', 'close');
         return reply
           .code(503)

@@ -61,8 +61,25 @@ t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0',
     'the publish to wait on the row lock',
   );
 
+  // A kept-alive socket, as a browser holds one beside its EventSource.
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  t.teardown(() => agent.destroy());
+  const get = (path: string, accept: string) =>
+    new Promise<number | string>((resolve) => {
+      http
+        .get(`${url}${path}`, { agent, headers: { accept } }, (r) => {
+          r.resume();
+          r.on('end', () => resolve(r.statusCode ?? 0));
+        })
+        .on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+    });
+  t.equal(await get('/healthz', 'application/json'), 200);
+
   proc.kill('SIGTERM');
   t.equal(await sseEnded, 'ended', 'the SSE stream was ended by the server, not broken');
+  // An EventSource reconnecting on that socket must not get a 503 (final for it): the connection drops.
+  const reconnect = await get('/v1/streams/s/events', 'text/event-stream');
+  t.equal(reconnect, 'ECONNRESET', `a stream request during shutdown is dropped, not refused (${reconnect})`);
   t.ok(
     messages.some((m) => m.retry === 1234 && m.data === undefined),
     'with a retry: hint (SSE_RETRY) as its last words',
