@@ -43,6 +43,8 @@ export interface Config {
   pollIntervalMs: number;
   /** How long the tailer may defer reading a commit while nothing in the process waits for events, in ms. */
   idleReadDelayMs: number;
+  /** How far the tail read's floor trails the time it proved (0: no floor), in ms. */
+  tailFloorMarginMs: number;
   /** How long a `latest` start or a read-your-writes read waits for the horizon to pass committed
    * rows (an open transaction holding it back) before answering 503, in ms. */
   startWaitMs: number;
@@ -417,6 +419,12 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
     0,
     'While no SSE subscriber, long-poll or waiting claim is connected to a process, it reads the feed at most this often after commits (one read for many commits instead of one each); a client that connects makes it read at once. 0: read after every commit.',
     { max: 1000 },
+  ),
+  tailFloorMarginMs: duration(
+    'TAIL_FLOOR_MARGIN',
+    '1h',
+    0,
+    "The tail read skips feed partitions wholly older than a time below which it has read every row, so its cost does not grow with RETENTION; that time trails what it has proved by this margin (covering the database clock's small steps back). 0: every tail read covers every partition.",
   ),
   startWaitMs: duration(
     'START_WAIT',

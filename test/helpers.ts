@@ -76,6 +76,9 @@ export async function startTestServer(
     logLevel: process.env.TEST_LOG_LEVEL ?? 'silent',
     pollIntervalMs: 200,
     sseRetryMs: 100,
+    // The tail floor trails what it proved by 1h in production, where tests would never reach it:
+    // 50ms puts every test's held transactions and out-of-order commits across it.
+    tailFloorMarginMs: 50,
     ...overrides,
   };
   const server = await startServer(config);
@@ -97,7 +100,15 @@ export function startService(
 ): Promise<{ proc: ChildProcess; url: string }> {
   const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: ROOT,
-    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: '0', LOG_LEVEL: 'info', ...env },
+    // TAIL_FLOOR_MARGIN: as in startTestServer.
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      PORT: '0',
+      LOG_LEVEL: 'info',
+      TAIL_FLOOR_MARGIN: '50ms',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   t.teardown(() => {

@@ -83,14 +83,19 @@ t.test('the tail read keeps index scans when planned on a fresh, unanalysed feed
     for (let i = 0; i < 3; i++) await appendEvents(conn, [event(i)]);
     await sql`set plan_cache_mode = force_generic_plan`.execute(conn);
     await sql`prepare tail_probe as ${sql.raw(TAIL_SQL)}`.execute(conn);
-    const { rows } = await sql<{ 'QUERY PLAN': string }>`
-      explain (costs off) execute tail_probe('1', 1, 1000, '{}')`.execute(conn);
-    const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-    t.notMatch(plan, /Seq Scan on feed_/, 'no sequential scan of a feed partition');
-    t.match(
-      plan,
-      /Index (Only )?Scan Backward using feed_\w+_txid_id_idx/,
-      'the probe reads the last row by index',
-    );
+    // Without a tail floor, and with one (the tailer's steady state, see tail-floor.ts).
+    for (const floor of ['-infinity', new Date(Date.now() - 60_000).toISOString()]) {
+      const { rows } = await sql<{ 'QUERY PLAN': string }>`
+        explain (costs off) execute tail_probe('1', 1, 1000, '{}', ${sql.lit(floor)}, '1 hour')`.execute(
+        conn,
+      );
+      const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+      t.notMatch(plan, /Seq Scan on feed_/, `floor ${floor}: no sequential scan of a feed partition`);
+      t.match(
+        plan,
+        /Index (Only )?Scan Backward using feed_\w+_txid_id_idx/,
+        `floor ${floor}: the probe reads the last row by index`,
+      );
+    }
   });
 });

@@ -299,10 +299,15 @@ t.test(
         {
           what: 'tail',
           text: TAIL_SQL,
-          params: `'${cursor.txid}', ${cursor.id}, 1000, '{}'`,
+          params: `'${cursor.txid}', ${cursor.id}, 1000, '{}', '-infinity', '0 milliseconds'`,
           index: 'txid_id_idx',
         },
-        { what: 'tail from 0', text: TAIL_SQL, params: `'0', 0, 1000, '{}'`, index: 'txid_id_idx' },
+        {
+          what: 'tail from 0',
+          text: TAIL_SQL,
+          params: `'0', 0, 1000, '{}', '-infinity', '0 milliseconds'`,
+          index: 'txid_id_idx',
+        },
         {
           what: 'catch-up',
           text: RANGE_ONE_SQL,

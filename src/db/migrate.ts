@@ -38,6 +38,7 @@ export const SQL_FUNCTIONS = [
   'mercure-invalid',
   'mercure-append',
   'mercure-publish',
+  'floor-mark',
 ] as const;
 const LOCK_KEY = 'commitfeed.migrations';
 

@@ -28,6 +28,8 @@ export interface FeedOptions {
   pollIntervalMs: number;
   /** IDLE_READ_DELAY: how long a commit's tail read may wait while nobody here waits for events. */
   idleReadDelayMs?: number;
+  /** See TAIL_FLOOR_MARGIN (tail-floor.ts); absent or 0: the tail read covers every partition. */
+  tailFloorMarginMs?: number;
   heartbeatMs: number;
   sseRetryMs: number;
   slowSubscriberMaxMs?: number;
@@ -75,6 +77,7 @@ export class Feed {
       // A publish-only process reads the feed once per stretch, not once per commit (see tailer.ts).
       idle: () => this.hub.idle,
       idleDelayMs: opts.idleReadDelayMs ?? 0,
+      floorMarginMs: opts.tailFloorMarginMs ?? 0,
       log: opts.log,
       onEvents: (events) => {
         this.hub.onEvents(events);

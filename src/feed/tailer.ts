@@ -22,11 +22,19 @@
 import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { framerFor } from './frames.ts';
-import { type FeedEvent, currentHorizon, readRange, readRangeFrames, readTail } from './queries.ts';
+import {
+  type FeedEvent,
+  currentHorizon,
+  floorMark,
+  readRange,
+  readRangeFrames,
+  readTail,
+} from './queries.ts';
 import { type OwnWrites, mergeInOrder } from './own-writes.ts';
 import { FeedReads, horizonCovers } from './reads.ts';
 import { readTrimMark } from '../retention/partitions.ts';
 import { readStartPosition } from './start-position.ts';
+import { TailFloorTracker } from './tail-floor.ts';
 import { EventWindow } from './window.ts';
 
 export interface TailerOptions {
@@ -44,6 +52,8 @@ export interface TailerOptions {
   idle?: () => boolean;
   /** Longest a commit's wake is deferred while idle (0: never deferred). */
   idleDelayMs?: number;
+  /** The tail floor's margin (see tail-floor.ts; 0 or absent: no floor, every partition is read). */
+  floorMarginMs?: number;
 }
 
 const FAST_POLL_MIN_MS = 2;
@@ -80,6 +90,7 @@ export class Tailer {
   private commitWakes = 0;
   private commitWakesRead = 0;
   private readonly reads: FeedReads;
+  private readonly floor: TailFloorTracker;
   /** fallbackWakes: reads started by the timer (idle poll, re-poll behind the horizon, backoff);
    * deferredWakes: commit wakes deferred while idle; deferredReads: reads their timer started. */
   readonly stats = {
@@ -97,6 +108,7 @@ export class Tailer {
     private readonly opts: TailerOptions,
   ) {
     this.reads = opts.reads ?? new FeedReads(db, [], { lagWaitMs: 0, log: opts.log });
+    this.floor = new TailFloorTracker(opts.floorMarginMs ?? 0);
   }
 
   async start(): Promise<void> {
@@ -119,6 +131,11 @@ export class Tailer {
     return !this.stopped && this.errorBackoffMs === 0;
   }
 
+  /** The tail floor (epoch ms; -Infinity: none yet, every partition is read): see tail-floor.ts. */
+  get floorAtMs(): number {
+    return this.floor.floor?.atMs ?? Number.NEGATIVE_INFINITY;
+  }
+
   /** Milliseconds committed rows have been waiting behind the horizon (0 when none are). */
   get horizonStallMs(): number {
     return this.waitingSince === 0 ? 0 : Date.now() - this.waitingSince;
@@ -139,6 +156,16 @@ export class Tailer {
       return;
     }
     this.readNow();
+  }
+
+  /** Takes a mark for the tail floor (one query on the primary); a failed one is taken again later. */
+  private async markFloor(): Promise<void> {
+    const resets = this.floor.resets;
+    try {
+      this.floor.offer(await floorMark(this.db), resets);
+    } catch (err) {
+      this.opts.log.warn({ err: (err as Error).message }, 'tail floor mark failed; taken again later');
+    }
   }
 
   /** Someone started waiting for new events: a deferred read runs now. */
@@ -166,7 +193,7 @@ export class Tailer {
         const woken = this.commitWakes !== this.commitWakesRead;
         this.commitWakesRead = this.commitWakes;
         const page = await this.reads.tail(woken, (db) =>
-          readTail(db, this.window.tail, this.opts.pageSize, this.opts.own),
+          readTail(db, this.window.tail, this.opts.pageSize, this.opts.own, this.floor.floor),
         );
         if (compareCursors(this.window.tail, page.trimMark) < 0) {
           this.coverFloor = maxCursor(this.coverFloor, page.trimMark);
@@ -189,6 +216,13 @@ export class Tailer {
             : rows;
         this.window.append(events, tail);
         own?.release(tail);
+        if (this.floor.observe(page, !full)) {
+          this.opts.log.warn(
+            { clockMs: page.clockMs },
+            "the database's clock went back: tail reads cover every partition until a new floor is established",
+          );
+        }
+        if (!full && this.floor.wantsMark(Date.now())) void this.markFloor();
         this.stats.events += events.length;
         if (events.length > 0) this.opts.onEvents(events);
         if (full) continue;

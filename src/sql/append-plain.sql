@@ -12,12 +12,16 @@ returns table (tx text, ids text, ms float8)
 language plpgsql
 as $fn$
 declare
-  -- clock_timestamp(), not now(): a row committed late must not be born already expired.
-  at timestamptz := clock_timestamp();
+  at timestamptz;
 begin
   if coalesce(cardinality(streams), 0) = 0 then
     return;
   end if;
+  -- The transaction id first, then the time: a row's transaction has its id before the row's
+  -- created_at, which the tail read's floor relies on (TailFloor in src/feed/queries.ts).
+  -- clock_timestamp(), not now(): a row committed late must not be born already expired.
+  perform pg_current_xact_id();
+  at := clock_timestamp();
   -- Identity values are taken row by row as the insert reads unnest's output, so ascending ids
   -- are input order.
   return query
