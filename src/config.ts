@@ -340,7 +340,12 @@ export const SETTINGS: { [K in keyof Config]: Setting<Config[K]> } = {
   ),
   dataDir: text('DATA_DIR', '.data', 'Data folder of the embedded PostgreSQL (kept across restarts).'),
   embeddedPgPort: int('EMBEDDED_PG_PORT', 54329, 1, 'Port of the embedded PostgreSQL.'),
-  poolSize: int('POOL_SIZE', 10, 2, 'Connections in the query pool (the LISTEN connection is one more).'),
+  poolSize: int(
+    'POOL_SIZE',
+    10,
+    2,
+    "Connections in the query pool (the LISTEN connection and the tail read's are two more).",
+  ),
   statementTimeoutMs: duration(
     'STATEMENT_TIMEOUT',
     '30s',

@@ -69,10 +69,22 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
       statementTimeoutMs: config.statementTimeoutMs,
       preparedStatements: config.preparedStatements,
       applicationName: 'commitfeed-read',
+      genericPlans: true,
       log,
     }).db,
   }));
-  const closeStandbys = () => Promise.all(standbys.map((s) => s.db.destroy().catch(() => {})));
+  // The tailer's reads on the primary, one at a time, on their own connection planned generically
+  // (see genericPlans in src/db/database.ts). Named like the main pool's: it is the same service.
+  const tailDb = createDatabase({
+    url: databaseUrl,
+    poolSize: 1,
+    statementTimeoutMs: config.statementTimeoutMs,
+    preparedStatements: config.preparedStatements,
+    genericPlans: true,
+    log,
+  }).db;
+  const closeStandbys = () =>
+    Promise.all([tailDb, ...standbys.map((s) => s.db)].map((d) => d.destroy().catch(() => {})));
   let feed: Feed | undefined;
   let app: FastifyInstance | undefined;
   let stopHorizonWatch: (() => void) | undefined;
@@ -84,7 +96,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
       const applied = await migrate(db);
       if (applied.length > 0) log.info({ applied }, 'migrations applied');
     }
-    feed = new Feed({ ...config, db, databaseUrl, ownSessions: sessions, standbys, log });
+    feed = new Feed({ ...config, db, tailDb, databaseUrl, ownSessions: sessions, standbys, log });
     await feed.start();
     // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
     stopHorizonWatch = watchHorizon({ db, feed, log });

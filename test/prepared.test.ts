@@ -99,3 +99,26 @@ t.test('the tail read keeps index scans when planned on a fresh, unanalysed feed
     }
   });
 });
+
+t.test(
+  'a feed-read pool (genericPlans) runs the tail read on its generic plan from the first run',
+  async (t) => {
+    // On a fresh feed PostgreSQL may find custom plans cheaper and plan the read again on every run
+    // (570–720 µs of its CPU per read in bench/RESULTS.md); the tail's own pool never does.
+    const url = await testDatabase(t);
+    const { db } = createDatabase({ url, poolSize: 1, statementTimeoutMs: 5000, log, genericPlans: true });
+    t.teardown(() => db.destroy());
+    for (let i = 0; i < 3; i++) await appendEvents(db, [event(i)]);
+    for (let i = 0; i < 12; i++) t.equal((await readTail(db, START, 100)).events.length, 3);
+    const { rows } = await sql<{ generic_plans: string; custom_plans: string }>`
+    select generic_plans::text, custom_plans::text from pg_prepared_statements
+    where statement like '%pg_snapshot_xmin%'`.execute(db);
+    t.equal(rows.length, 1, 'the tail read is prepared on the one connection');
+    t.equal(rows[0].custom_plans, '0', 'never planned with its parameters');
+    t.equal(rows[0].generic_plans, '12', 'every run used the generic plan');
+    const { rows: mode } = await sql<{ m: string }>`select current_setting('plan_cache_mode') as m`.execute(
+      db,
+    );
+    t.equal(mode[0].m, 'force_generic_plan');
+  },
+);

@@ -42,6 +42,9 @@ export interface DbOptions {
   applicationName?: string;
   /** Run the hot queries as named prepared statements (src/db/prepared.ts); default true. */
   preparedStatements?: boolean;
+  /** Plan every parameterised statement generically (plan_cache_mode): for pools that run only the
+   * feed's reads, whose generic plans test/retention.test.ts keeps to index scans. */
+  genericPlans?: boolean;
 }
 
 /**
@@ -65,7 +68,12 @@ export function createDatabase(opts: DbOptions): {
     // partitions, a one-row trim_mark the planner guesses at 1,330 rows) reach easily: measured on
     // PostgreSQL 15, a 1,000-row catch-up page took 88 ms with JIT (85 ms of it compiling) and 6.6 ms
     // without. Our queries are short index scans; JIT never pays for itself here.
-    options: '-c jit=off',
+    // force_generic_plan (feed-read pools only): on a fresh feed PostgreSQL finds the tail read's
+    // custom plans cheaper than its generic one and plans it again on every run, 570–720 µs of its
+    // CPU per read against ~100 µs with the generic plan (bench/RESULTS.md, "The tail read against
+    // the number of partitions"). The setting covers the pool's unnamed statements too, so it is not
+    // set on the pool that runs everything else.
+    options: opts.genericPlans ? '-c jit=off -c plan_cache_mode=force_generic_plan' : '-c jit=off',
   });
   pool.on('error', (err) => opts.log.warn({ err: err.message }, 'idle database connection failed'));
   const sessions = new Set<number>();

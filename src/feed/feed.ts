@@ -19,6 +19,8 @@ import { Tailer } from './tailer.ts';
 
 export interface FeedOptions {
   db: Kysely<Database>;
+  /** The tail read's own connection to the primary (generic plans; see server.ts); default `db`. */
+  tailDb?: Kysely<Database>;
   databaseUrl: string;
   /** Backend pids of `db`'s pool (createDatabase): notifications from them are this process's own. */
   ownSessions?: ReadonlySet<number>;
@@ -63,6 +65,7 @@ export class Feed {
 
   constructor(opts: FeedOptions) {
     this.reads = new FeedReads(opts.db, opts.standbys ?? [], {
+      tailPrimary: opts.tailDb,
       lagWaitMs: opts.readLagWaitMs ?? 1000,
       log: opts.log,
     });

@@ -50,6 +50,8 @@ export interface StandbyStatus {
 }
 
 export interface FeedReadsOptions {
+  /** Where tail reads on the primary run (default: the primary pool). */
+  tailPrimary?: Db;
   /** Longest a read waits for a standby to replay what it needs before it goes to the primary. */
   lagWaitMs: number;
   probeIntervalMs?: number;
@@ -131,7 +133,7 @@ export class FeedReads {
    */
   async tail<T>(woken: boolean, read: (db: Db) => Promise<T>): Promise<T> {
     const s = this.pick();
-    if (!s) return this.onPrimary(read);
+    if (!s) return this.onPrimary(read, this.opts.tailPrimary);
     // Outside the try: a primary that cannot be asked fails this read (the tailer backs off) and is
     // not the standby's fault.
     const target = woken ? await this.primaryLsn() : undefined;
@@ -156,7 +158,7 @@ export class FeedReads {
     } catch (err) {
       this.failed(s, err);
     }
-    return this.onPrimary(read);
+    return this.onPrimary(read, this.opts.tailPrimary);
   }
 
   /**
@@ -189,12 +191,12 @@ export class FeedReads {
     return this.onPrimary(read);
   }
 
-  private onPrimary<T>(read: (db: Db) => Promise<T>): Promise<T> {
+  private onPrimary<T>(read: (db: Db) => Promise<T>, db: Db = this.primary): Promise<T> {
     if (this.configured) {
       this.stats.primary++;
       this.stats.fallbacks++;
     }
-    return read(this.primary);
+    return read(db);
   }
 
   /** The next standby in state `ok`, round robin; undefined: read on the primary. */
