@@ -14,6 +14,8 @@
  * waiting claim), a commit's wake is deferred up to `idleDelayMs`, so one read covers every commit
  * of that stretch instead of one read per commit (a publish-only process spends most of its
  * database time on reads nobody is waiting for). `hurry()` — someone started waiting — reads at once.
+ * Each read skips the feed partitions below the tail floor (tail-floor.ts), a time under which every
+ * row has been read; on the primary it runs on its own connection (generic plans, see server.ts).
  * Failure: a failed read (database down) is logged and retried with backoff; the cursor only moves
  * past rows actually handed to the hub, so nothing is skipped when the database comes back.
  * With READ_DATABASE_URL, tail and catch-up reads run on a standby through FeedReads (reads.ts),
