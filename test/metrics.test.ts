@@ -47,6 +47,17 @@ t.test('counters follow publishes, SSE connections and delivered frames', async 
   t.equal(sample(text, 'commitfeed_horizon_stall_seconds'), 0, 'no stall');
   t.equal(sample(text, 'commitfeed_sse_slow_dropped_total'), 0);
   t.ok(text.includes('commitfeed_process_resident_memory_bytes'), 'process metrics');
+  // The test servers' floor trails by 50ms: it is proved within a mark (each second) and a read.
+  let floorAge = -1;
+  await until(
+    async () => {
+      floorAge = sample(await scrape(server.url), 'commitfeed_tailer_floor_age_seconds') ?? -1;
+      return floorAge >= 0;
+    },
+    10_000,
+    'a tail floor in /metrics',
+  );
+  t.ok(floorAge >= 0.05 && floorAge < 30, `the tail floor trails by its margin and a little (${floorAge} s)`);
 });
 
 t.test(

@@ -276,6 +276,15 @@ export function buildRegistry(deps: MetricsDeps): {
   }
 
   gauge(
+    'commitfeed_tailer_floor_age_seconds',
+    'How far the tail floor trails now: tail reads skip the partitions wholly before it (TAIL_FLOOR_MARGIN behind what was proved; it grows while an open transaction holds the horizon back); -1 with no floor yet or the floor off',
+    () => {
+      const at = feed.tailer.floorAtMs;
+      return at === Number.NEGATIVE_INFINITY ? -1 : (Date.now() - at) / 1000;
+    },
+    'max',
+  );
+  gauge(
     'commitfeed_horizon_stall_seconds',
     'How long committed rows have waited behind the transaction horizon (an older transaction still open); 0 when none wait',
     () => feed.tailer.horizonStallMs / 1000,
