@@ -83,7 +83,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
     genericPlans: true,
     log,
   }).db;
-  const closeStandbys = () =>
+  const closeReadPools = () =>
     Promise.all([tailDb, ...standbys.map((s) => s.db)].map((d) => d.destroy().catch(() => {})));
   let feed: Feed | undefined;
   let app: FastifyInstance | undefined;
@@ -208,7 +208,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
           sampler?.stop();
           await app!.close();
           await db.destroy();
-          await closeStandbys();
+          await closeReadPools();
           await embedded?.stop();
         })()),
     };
@@ -219,7 +219,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
     await app?.close().catch(() => {});
     await feed?.stop(config.sseRetryMs).catch(() => {});
     await db.destroy().catch(() => {});
-    await closeStandbys();
+    await closeReadPools();
     await embedded?.stop().catch(() => {});
     throw err;
   }

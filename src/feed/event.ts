@@ -30,3 +30,17 @@ export interface EventInput {
 declare const checked: unique symbol;
 /** An event toEventInput() accepted: only such events may skip the SQL checks (appendCheckedEvents). */
 export type CheckedEventInput = EventInput & { readonly [checked]: true };
+
+/** An event at (`tx`, `id`) (their decimal texts) with `e`'s contents: a row read, or one held (own-writes.ts). */
+export function feedEvent(tx: string, id: string, e: EventInput, ms: number): FeedEvent {
+  return {
+    txid: Number(tx),
+    id: Number(id),
+    cursor: `${tx}-${id}`,
+    stream: e.stream,
+    type: e.type,
+    key: e.key,
+    data: e.data,
+    ms,
+  };
+}

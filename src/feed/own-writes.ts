@@ -23,7 +23,7 @@
  */
 import { type Cursor, compareCursors } from './cursor.ts';
 import type { EventInput, FeedEvent } from './event.ts';
-import { feedEvent } from './queries.ts';
+import { feedEvent } from './event.ts';
 
 interface Written {
   tx: string;

@@ -8,7 +8,7 @@ import { columns } from '../db/columns.ts';
 import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from './cursor.ts';
-import type { FeedEvent } from './event.ts';
+import { type FeedEvent, feedEvent } from './event.ts';
 import { NAMED_SSE_FRAME_SQL, SSE_FRAME_SQL, lastFrameCursor } from './frames.ts';
 import type { CheckedEventInput, EventInput } from './event.ts';
 import type { OwnWrites } from './own-writes.ts';
@@ -40,20 +40,6 @@ export interface Row {
 
 export function toEvent(r: Row): FeedEvent {
   return feedEvent(r.txid, r.id, r, r.ms);
-}
-
-/** An event at (`tx`, `id`) (their decimal texts) with `e`'s contents: a row read, or one held (own-writes.ts). */
-export function feedEvent(tx: string, id: string, e: EventInput, ms: number): FeedEvent {
-  return {
-    txid: Number(tx),
-    id: Number(id),
-    cursor: `${tx}-${id}`,
-    stream: e.stream,
-    type: e.type,
-    key: e.key,
-    data: e.data,
-    ms,
-  };
 }
 
 /**
@@ -179,6 +165,10 @@ export function trimMarkOf(row: { mark_txid?: string | null; mark_id?: string | 
 export const EVENT_COLUMNS =
   'f.txid, f.id, f.stream, f.type, f.key, f.data, extract(epoch from f.created_at)::float8 * 1000 as ms';
 
+/** The tail floor as SQL (see TailFloor), written into each scan of the feed rather than computed
+ * once: PostgreSQL skips partitions only for an expression it can evaluate when the statement starts. */
+const FLOOR = 'least($5::timestamptz, now() - $6::interval)';
+
 export const TAIL_SQL = prepared(`
   with h as (
     select s.xmin, s.clock, (select m.txid from commitfeed.trim_mark m) as mark_txid,
@@ -192,7 +182,7 @@ export const TAIL_SQL = prepared(`
            -- per tail read after 70,000 events, most of PostgreSQL's CPU per publish).
            coalesce((select l.txid >= greatest(s.xmin, $1::xid8) and (l.txid, l.id) > ($1::xid8, $2::int8)
                      from (select w.txid, w.id from commitfeed.feed w
-                           where w.created_at >= least($5::timestamptz, now() - $6::interval)
+                           where w.created_at >= ${FLOOR}
                            order by w.txid desc, w.id desc limit 1) l), false) as waiting
     from (select pg_snapshot_xmin(pg_current_snapshot()) as xmin,
                  -- The primary's clock, which stamped the rows, for the tail floor to notice it
@@ -220,7 +210,7 @@ export const TAIL_SQL = prepared(`
       and f.txid <> all($4::xid8[])
       -- Every row below the floor has been read (see TailFloor): written out here rather than taken
       -- from h, so that PostgreSQL skips the partitions wholly below it when the statement starts.
-      and f.created_at >= least($5::timestamptz, now() - $6::interval)
+      and f.created_at >= ${FLOOR}
     order by f.txid, f.id
     limit $3
   ) p on true
