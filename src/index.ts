@@ -19,7 +19,7 @@ import { type EnqueueResult, type JobInput, enqueueJobs } from './queues/enqueue
 import { type JobBody, toJobInput } from './queues/validate.ts';
 import { HUB_PATH, type UpdateInput, appendUpdates, updateFromInput } from './mercure/publish.ts';
 
-export { ApiError } from './http/errors.ts';
+export { ApiError } from './errors.ts';
 export { migrate } from './db/migrate.ts';
 export { mercureLink } from './mercure/discovery.ts';
 export type { AppendResult } from './feed/queries.ts';

@@ -25,7 +25,8 @@ import { Sampler } from './ops/sampler.ts';
 import { Queues } from './queues/queues.ts';
 import { Follower } from './flows/follower.ts';
 import { Scheduler } from './flows/scheduler.ts';
-import { RETRY_AFTER_S, errorBody } from './http/errors.ts';
+import { errorBody } from './http/errors.ts';
+import { RETRY_AFTER_S } from './errors.ts';
 
 /** Longest wait at shutdown for requests in flight to be answered before connections are dropped. */
 const DRAIN_MAX_MS = 10_000;

@@ -3,7 +3,7 @@
 // here polls once a minute, so a missing notify fails the test. Each wake test repeats 20 times.
 import { sql } from 'kysely';
 import t from 'tap';
-import { ApiError } from '../src/http/errors.ts';
+import { ApiError } from '../src/errors.ts';
 import { appendEvents } from '../src/feed/queries.ts';
 import { toEventInput } from '../src/feed/validate.ts';
 import { publish, publishMany } from '../src/index.ts';

@@ -4,7 +4,7 @@
  * WWW-Authenticate challenge RFC 6750 asks for).
  */
 import type { FastifyRequest } from 'fastify';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import type { Action } from './tokens.ts';
 
 /** Paths owned by other modules that need no token. `/docs` covers the docs UI's assets. */

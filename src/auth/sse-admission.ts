@@ -8,7 +8,7 @@
  * servers in one process do not share them.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 
 export const AUTH_EXPIRED_FRAME = `event: auth-expired\ndata: ${JSON.stringify({
   code: 'auth_expired',

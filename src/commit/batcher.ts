@@ -14,6 +14,7 @@
  * Each request's events stay all-or-nothing either way.
  */
 import type { Db } from '../db/database.ts';
+import { ShuttingDownError } from '../errors.ts';
 import { isUnavailable } from '../db/database.ts';
 import { type AppendResult, appendCheckedEvents } from '../feed/queries.ts';
 import type { CheckedEventInput } from '../feed/event.ts';
@@ -25,13 +26,6 @@ interface Pending<I, R> {
 }
 
 /** One grouped write: a single statement or transaction, returning one result per item, in order. */
-
-/** A write that reached a batcher after it closed (shutdown): answered 503 with Retry-After. */
-export class ShuttingDownError extends Error {
-  constructor() {
-    super('commitfeed is shutting down; retry on another instance or after the restart');
-  }
-}
 
 export type GroupWrite<I, R> = (db: Db, items: readonly I[]) => Promise<R[]>;
 

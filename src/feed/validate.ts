@@ -4,7 +4,7 @@
  * functions (src/sql/) restate them for callers that reach the database directly, and
  * test/validation-parity.test.ts checks that both sides accept and refuse the same inputs.
  */
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import type { CheckedEventInput } from './event.ts';
 
 /** Stream and queue names: 1–200 characters of [A-Za-z0-9._:-]. */

@@ -7,7 +7,7 @@ import type { Kysely } from 'kysely';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/database.ts';
 import { parseCursor } from '../feed/cursor.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import { type Backoff, toJobInput } from '../queues/validate.ts';
 import type { Follower } from './follower.ts';
 import {

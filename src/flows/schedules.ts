@@ -12,7 +12,7 @@
 import { CronExpressionParser } from 'cron-parser';
 import { type Kysely, sql } from 'kysely';
 import type { Database, Db } from '../db/database.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import { type JobInput, enqueueJobs } from '../queues/enqueue.ts';
 
 export const CATCH_UP = ['none', 'last', 'all'] as const;

@@ -7,7 +7,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { type Cursor, START } from '../feed/cursor.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 
 /** What a subscription is made with and shows in its status. */
 interface SubscriptionDefinition {

@@ -6,19 +6,8 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { FastifyError, FastifyInstance } from 'fastify';
-import { ShuttingDownError } from '../commit/batcher.ts';
+import { ApiError, RETRY_AFTER_S, ShuttingDownError } from '../errors.ts';
 import { isUnavailable } from '../db/database.ts';
-
-export class ApiError extends Error {
-  constructor(
-    readonly statusCode: number,
-    readonly code: string,
-    message: string,
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(message);
-  }
-}
 
 /** The response schema of every error (OpenAPI and serialisation). */
 export const errorSchema = {
@@ -35,9 +24,6 @@ export const errorSchema = {
 export function errorBody(statusCode: number, code: string, message: string) {
   return { statusCode, error: STATUS_CODES[statusCode] ?? 'Error', code, message };
 }
-
-/** Seconds a client should wait before retrying after a 503. */
-export const RETRY_AFTER_S = 2;
 
 /** Where a failed schema check happened, as messages name it. */
 const PARTS: Record<string, string> = {

@@ -10,7 +10,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
-import { ApiError } from './errors.ts';
+import { ApiError } from '../errors.ts';
 
 /** Deepest nesting of arrays and objects accepted in a request body. */
 export const MAX_JSON_DEPTH = 64;

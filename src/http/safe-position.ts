@@ -2,7 +2,7 @@
  * The 503 side of Tailer.safePosition for routes: a read that needs a position after every
  * acknowledged write gets one, or a 503 with Retry-After, never a start in the past.
  */
-import { ApiError, RETRY_AFTER_S } from './errors.ts';
+import { unavailable } from '../errors.ts';
 import type { Cursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 
@@ -15,11 +15,9 @@ import type { Feed } from '../feed/feed.ts';
 export async function safePosition(feed: Feed, waitMs: number): Promise<Cursor> {
   const p = await feed.tailer.safePosition(waitMs);
   if (p === undefined) {
-    throw new ApiError(
-      503,
+    throw unavailable(
       'unavailable',
       'committed events are waiting behind a transaction that is still open (the feed horizon); retry shortly',
-      { 'retry-after': String(RETRY_AFTER_S) },
     );
   }
   return p;

@@ -12,7 +12,7 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { Hub, Sink } from '../feed/hub.ts';
-import { ApiError, RETRY_AFTER_S } from './errors.ts';
+import { unavailable } from '../errors.ts';
 
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -129,11 +129,9 @@ export function responseSink(res: ServerResponse): Required<Sink> {
  */
 export function assertSseRoom(hub: Hub, max: number): void {
   if (hub.subscriberCount >= max) {
-    throw new ApiError(
-      503,
+    throw unavailable(
       'too_many_connections',
       `this server already serves ${max} SSE connections (MAX_SSE_CONNECTIONS); retry later or use another replica`,
-      { 'retry-after': String(RETRY_AFTER_S) },
     );
   }
 }

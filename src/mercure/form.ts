@@ -7,7 +7,7 @@
  * Pairs keep their order (the first `topic` is the canonical one).
  */
 import { isUtf8 } from 'node:buffer';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 
 export interface FormPair {
   name: string;

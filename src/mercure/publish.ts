@@ -9,7 +9,7 @@
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
 
 /** One update. `topics[0]` is the canonical topic, the rest are alternates. */

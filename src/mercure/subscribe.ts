@@ -16,7 +16,7 @@ import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
 import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
 import type { Tailer } from '../feed/tailer.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
 import { MERCURE_STREAM, mercureFrame, updateOf } from './frames.ts';
 import { MatcherError, type TopicMatcher, type TopicSelector, compileSelectors } from './match.ts';

@@ -24,7 +24,7 @@ import {
   collectDefaultMetrics,
 } from 'prom-client';
 import { type MetricJson, clusterMetrics, serveClusterMetrics, workerIndex } from '../cluster/worker.ts';
-import { ApiError, RETRY_AFTER_S } from '../http/errors.ts';
+import { unavailable } from '../errors.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { StandbyStatus } from '../feed/reads.ts';
@@ -589,13 +589,9 @@ async function serverMetrics(): Promise<string> {
   try {
     gathered = await clusterMetrics(5000);
   } catch (err) {
-    throw new ApiError(
-      503,
+    throw unavailable(
       'unavailable',
       `${(err as Error).message}; retry, or ask one worker with ?scope=worker`,
-      {
-        'retry-after': String(RETRY_AFTER_S),
-      },
     );
   }
   const all = AggregatorRegistry.aggregate(gathered.parts);

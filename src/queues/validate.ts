@@ -3,7 +3,7 @@
  * library API. The route schemas check the same rules first (for OpenAPI and early 400s); these checks
  * stand on their own for callers that do not come through HTTP.
  */
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import { assertKey, assertName } from '../feed/validate.ts';
 import type { CheckedJobInput } from './enqueue.ts';
 

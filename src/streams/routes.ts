@@ -9,7 +9,7 @@ import type { Db } from '../db/database.ts';
 import { GlobSelection, isGlob } from './glob.ts';
 import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';

@@ -6,7 +6,7 @@
  */
 import type { Kysely } from 'kysely';
 import type { Database, Db } from '../db/database.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError } from '../errors.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type AppendResult, type EventInput, appendEvents } from '../feed/queries.ts';
 import type { CheckedEventInput } from '../feed/event.ts';
