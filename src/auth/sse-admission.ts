@@ -9,14 +9,12 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors.ts';
+import { timerDelay } from '../timers.ts';
 
 export const AUTH_EXPIRED_FRAME = `event: auth-expired\ndata: ${JSON.stringify({
   code: 'auth_expired',
   message: 'the token expired: reconnect with a fresh token (Last-Event-ID resumes where this ended)',
 })}\n\n`;
-
-/** setTimeout's longest delay. */
-const MAX_DELAY = 2 ** 31 - 1;
 
 /**
  * Admits an SSE stream before it opens (429 `too_many_connections` over MAX_SSE_PER_TOKEN). Call the
@@ -60,7 +58,7 @@ export function admitSse(
     const arm = () => {
       const left = until - Date.now();
       if (left <= 0) return end(AUTH_EXPIRED_FRAME);
-      timer = setTimeout(arm, Math.min(left, MAX_DELAY));
+      timer = setTimeout(arm, timerDelay(left));
     };
     arm();
   };

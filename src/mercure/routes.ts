@@ -14,11 +14,12 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { Batcher } from '../commit/batcher.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import { errorSchema } from '../http/errors.ts';
 import { ApiError } from '../errors.ts';
+import { timerDelay } from '../timers.ts';
 import { MercureAuthorizer, sendMercureError } from './authorize.ts';
 import { assertSseRoom, openSse } from '../http/sse.ts';
 import { parseForm, rawQuery } from './form.ts';
@@ -51,8 +52,6 @@ export interface MercureDeps {
   /** Active subscriptions (subscriptions.ts), told of every connection's start and end. */
   subscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
 }
-
-const MAX_TIMER_MS = 2_147_483_647;
 
 export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Promise<void> {
   const { config, db, feed } = deps;
@@ -192,13 +191,10 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
         // The stream ends when the token expires (draft §Authorization); the client reconnects with a fresh one.
         if (grants !== null && Number.isFinite(grants.exp)) {
           const left = grants.exp * 1000 - Date.now();
-          expiry = setTimeout(
-            () => {
-              sink.end(': token expired\n\n');
-              feed.hub.unsubscribe(sub);
-            },
-            Math.max(0, Math.min(left, MAX_TIMER_MS)),
-          );
+          expiry = setTimeout(() => {
+            sink.end(': token expired\n\n');
+            feed.hub.unsubscribe(sub);
+          }, timerDelay(left));
           expiry.unref();
         }
         return reply;
