@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { registerAccess } from './auth/access.ts';
 import { workerIndex } from './cluster/worker.ts';
 import { redactedRequest } from './auth/redact.ts';
-import type { Config } from './config.ts';
+import type { Config } from './config/config.ts';
 import type { Database } from './db/database.ts';
 import { installErrorHandlers } from './http/errors.ts';
 import type { Feed } from './feed/feed.ts';

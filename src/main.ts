@@ -6,7 +6,7 @@
 import cluster from 'node:cluster';
 import { runPrimary } from './cluster/primary.ts';
 import { notifyReady, workerIndex } from './cluster/worker.ts';
-import { loadConfig, loadDotEnv } from './config.ts';
+import { loadConfig, loadDotEnv } from './config/config.ts';
 import { startServer } from './server.ts';
 
 loadDotEnv();

@@ -15,7 +15,7 @@ import type { Kysely } from 'kysely';
 import pino from 'pino';
 import { buildApp } from './app.ts';
 import { resolveAuthMode } from './auth/mode.ts';
-import type { Config } from './config.ts';
+import type { Config } from './config/config.ts';
 import { type Database, createDatabase } from './db/database.ts';
 import { configuredDatabase } from './db/embedded.ts';
 import { migrate } from './db/migrate.ts';

@@ -9,7 +9,7 @@ import t from 'tap';
 import { resolveAuthMode } from '../src/auth/mode.ts';
 import { CLOCK_TOLERANCE_S, matcher, mintToken } from '../src/auth/tokens.ts';
 import { parseSse, textChunks } from '../src/client/sse.ts';
-import { loadConfig } from '../src/config.ts';
+import { loadConfig } from '../src/config/config.ts';
 import { startServer } from '../src/server.ts';
 import { feedRows, openSse, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 

@@ -1,8 +1,9 @@
-// Configuration is defined once (src/config.ts SETTINGS): .env.example and docs/configuration.md
+// Configuration is defined once (src/config/ SETTINGS): .env.example and docs/configuration.md
 // must list exactly its variables and defaults, and bad values stop start-up naming the variable.
 import { readFileSync } from 'node:fs';
 import t from 'tap';
-import { documentedVariables, loadConfig, parseDuration, RENAMED } from '../src/config.ts';
+import { documentedVariables, loadConfig, RENAMED } from '../src/config/config.ts';
+import { parseDuration } from '../src/config/settings.ts';
 
 const root = new URL('../', import.meta.url);
 const read = (file: string) => readFileSync(new URL(file, root), 'utf8');

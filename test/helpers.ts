@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { isPrimer, parseSse, type SseMessage, textChunks } from '../src/client/sse.ts';
-import { type Config, loadConfig } from '../src/config.ts';
+import { type Config, loadConfig } from '../src/config/config.ts';
 import type { Database } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { type Server, startServer } from '../src/server.ts';

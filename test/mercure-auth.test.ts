@@ -10,7 +10,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { SignJWT, exportJWK, generateKeyPair } from 'jose';
 import t, { type Test } from 'tap';
 import { mintToken } from '../src/auth/tokens.ts';
-import { type Config, loadConfig } from '../src/config.ts';
+import { type Config, loadConfig } from '../src/config/config.ts';
 import { mintMercureToken } from '../src/mercure/issuers.ts';
 import { startTestServer, testDatabase } from './helpers.ts';
 import {

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { type JWTPayload, SignJWT } from 'jose';
-import type { Config } from '../src/config.ts';
+import type { Config } from '../src/config/config.ts';
 import type { TopicSelector } from '../src/mercure/match.ts';
 
 export const MERCURE_SECRET = 'mercure-test-secret-0123456789-0123456789';

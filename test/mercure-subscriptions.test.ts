@@ -4,7 +4,7 @@
 import Fastify from 'fastify';
 import { CompiledQuery, type Kysely } from 'kysely';
 import t, { type Test } from 'tap';
-import { type Config, loadConfig } from '../src/config.ts';
+import { type Config, loadConfig } from '../src/config/config.ts';
 import type { Database } from '../src/db/database.ts';
 import { MercureAuthorizer } from '../src/mercure/authorize.ts';
 import {

@@ -10,7 +10,7 @@
 // with a unit, as commitfeed's own settings).
 import http from 'node:http';
 import pg from 'pg';
-import { parseDuration } from '../../src/config.ts';
+import { parseDuration } from '../../src/config/settings.ts';
 
 const port = Number(process.env['PORT'] ?? 3100);
 const pollMs = parseDuration(process.env['NAIVE_POLL_INTERVAL'] || '50ms');

@@ -25,7 +25,7 @@
  *   redactUrl in token-source.ts, whatever the spelling of the parameter name).
  */
 import type { FastifyInstance } from 'fastify';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import { registerCors } from './cors.ts';
 import { resolveAuthMode } from './mode.ts';
 import { authorizeAdmin, isPublic, unauthorized } from './policy.ts';

@@ -5,7 +5,7 @@
  */
 import cors from '@fastify/cors';
 import type { FastifyInstance } from 'fastify';
-import { parseOrigins } from '../config.ts';
+import { parseOrigins } from '../config/settings.ts';
 
 function validateOrigins(origins: string[]): void {
   if (origins.includes('*')) {

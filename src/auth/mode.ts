@@ -4,7 +4,7 @@
  * (with a loud warning either way). A non-loopback HOST without keys and without `AUTH=off` refuses
  * to start.
  */
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import { hasKeys } from './tokens.ts';
 
 export function isLoopback(host: string): boolean {

@@ -11,7 +11,7 @@
  * `--subscribe-pattern`); `*` is every topic. They are not comma-separated (URLs may hold commas).
  */
 import { parseArgs } from 'node:util';
-import { loadConfig, loadDotEnv } from '../config.ts';
+import { loadConfig, loadDotEnv } from '../config/config.ts';
 import type { TopicSelector } from '../mercure/match.ts';
 import { mintMercureToken } from '../mercure/issuers.ts';
 import { ACTIONS, type Action, mintToken } from './tokens.ts';

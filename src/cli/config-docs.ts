@@ -4,7 +4,7 @@
  * `npx tsx src/cli/config-docs.ts table` (the table in docs/configuration.md, between its markers).
  * test/config.test.ts parses both files and compares them with SETTINGS.
  */
-import { documentedVariables } from '../config.ts';
+import { documentedVariables } from '../config/config.ts';
 
 /** `.env.example`: every variable, set to its default, or commented out when it has none. */
 export function renderEnvExample(): string {

@@ -5,7 +5,7 @@
  * (environment or .env); migrations are applied first, as at start-up.
  */
 import pino from 'pino';
-import { loadConfig, loadDotEnv } from '../config.ts';
+import { loadConfig, loadDotEnv } from '../config/config.ts';
 import { createDatabase } from '../db/database.ts';
 import { migrate } from '../db/migrate.ts';
 import { Janitor } from '../retention/janitor.ts';

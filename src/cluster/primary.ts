@@ -18,7 +18,7 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import pino from 'pino';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import { createDatabase } from '../db/database.ts';
 import { configuredDatabase } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';

@@ -35,7 +35,7 @@ export interface FeedOptions {
   heartbeatMs: number;
   sseRetryMs: number;
   slowSubscriberMaxMs?: number;
-  /** Retention (src/config.ts; the server passes the whole config). Without janitorIntervalMs the
+  /** Retention (src/config/; the server passes the whole config). Without janitorIntervalMs the
    * janitor never runs on its own. */
   retentionMs?: number;
   jobRetentionMs?: number;

@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import type { Database } from '../db/database.ts';
 import { parseCursor } from '../feed/cursor.ts';
 import { ApiError } from '../errors.ts';

@@ -20,7 +20,7 @@ import { resolveAuthMode } from '../auth/mode.ts';
 import { TokenCache } from '../auth/token-cache.ts';
 import { CLOCK_TOLERANCE_S, TokenError } from '../auth/tokens.ts';
 import { MAX_TOKEN_CHARS, readCookie } from '../auth/token-source.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import { Challenges, type MercureFailure, sendMercureError } from './challenge.ts';
 import { DETAIL_TYPE, type Role, Issuers } from './issuers.ts';
 import {

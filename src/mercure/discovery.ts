@@ -8,7 +8,7 @@
  * MERCURE_RESOURCE is set (the `resource` member is required and is never derived from a request).
  */
 import type { FastifyInstance } from 'fastify';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import { DETAIL_TYPE } from './authorize.ts';
 import { PRM_PATH } from './challenge.ts';
 

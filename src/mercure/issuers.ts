@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { type JWTPayload, SignJWT, decodeJwt, decodeProtectedHeader } from 'jose';
 import { CLOCK_TOLERANCE_S, type KeySet, TokenError, loadKeySet } from '../auth/tokens.ts';
-import type { Config, MercureIssuerConfig } from '../config.ts';
+import type { Config, MercureIssuerConfig } from '../config/config.ts';
 import type { TopicSelector } from './match.ts';
 
 /** The type of the hub's authorization details (draft §Authorization Details). */

@@ -5,7 +5,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorize, authorizeQueueRead, canSeeQueue } from '../auth/policy.ts';
 import { admitSse } from '../auth/sse-admission.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import { ApiError } from '../errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { START, formatCursor, parseCursor } from '../feed/cursor.ts';

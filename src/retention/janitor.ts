@@ -21,7 +21,7 @@
  */
 import { hostname } from 'node:os';
 import { type Kysely, sql } from 'kysely';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import type { Database } from '../db/database.ts';
 import {
   analyzeChanged,
@@ -37,7 +37,7 @@ import { trimScheduleTicks } from '../flows/schedules.ts';
 import { trimDeadJobs, trimFinishedJobs } from './dead-jobs.ts';
 import { trimMercureTopics } from './mercure-topics.ts';
 
-/** The retention settings (documented in config.ts); janitorIntervalMs 0: no timer, runOnce only. */
+/** The retention settings (documented in src/config/retention.ts); janitorIntervalMs 0: no timer, runOnce only. */
 export interface JanitorOptions
   extends Pick<
     Config,

@@ -8,7 +8,7 @@ import { OPEN } from '../auth/tokens.ts';
 import type { Db } from '../db/database.ts';
 import { GlobSelection, isGlob } from './glob.ts';
 import { admitSse } from '../auth/sse-admission.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import { ApiError } from '../errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';

@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import { authorize, authorizeAdmin } from '../auth/policy.ts';
 import { hubUrlFor } from '../mercure/publish.ts';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import { MAX_OPS, parseOps, runOps } from './ops.ts';

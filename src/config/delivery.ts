@@ -1,0 +1,97 @@
+/**
+ * Settings of what a request may carry and how events travel: size and connection limits, the group
+ * commit, the tailer's window and reads, and the SSE streams' timing.
+ */
+import { MAX_SETTING_MS, duration, int, type Setting } from './settings.ts';
+
+export const DELIVERY_SETTINGS = {
+  maxBodyBytes: int(
+    'MAX_BODY_BYTES',
+    1024 * 1024,
+    1024,
+    'Largest request body, in bytes; over it: 413.',
+    'Limits',
+  ),
+  maxEventBytes: int(
+    'MAX_EVENT_BYTES',
+    1024 * 1024,
+    16,
+    'Largest single event `data` or job `payload` (JSON text), in bytes; over it: 413.',
+  ),
+  maxJobResultBytes: int(
+    'MAX_JOB_RESULT_BYTES',
+    64 * 1024,
+    2,
+    'Largest job `result` stored with an ack (JSON text), in bytes; over it: 413 result_too_large.',
+  ),
+  maxSseConnections: int(
+    'MAX_SSE_CONNECTIONS',
+    20000,
+    1,
+    'SSE connections served by one process; over it, 503 too_many_connections with Retry-After before the stream starts.',
+  ),
+  slowSubscriberMaxMs: duration(
+    'SLOW_SUBSCRIBER_TIMEOUT',
+    '30s',
+    100,
+    'An SSE subscriber whose socket has accepted no bytes for this long is dropped; every frame it received carries an id, so it resumes with Last-Event-ID and loses nothing. Bounds memory per client.',
+    { max: MAX_SETTING_MS },
+  ),
+  batchMaxEvents: int(
+    'BATCH_MAX_EVENTS',
+    2000,
+    1,
+    'Most events (or jobs) gathered into one group-commit transaction.',
+    'Delivery',
+  ),
+  windowEvents: int(
+    'WINDOW_EVENTS',
+    10000,
+    100,
+    'Recent events kept in memory to serve live and reconnecting subscribers without a query.',
+  ),
+  pageSize: int('PAGE_SIZE', 1000, 10, 'Rows per tail or catch-up query.'),
+  pollIntervalMs: duration(
+    'POLL_INTERVAL',
+    '1s',
+    10,
+    'Fallback poll of the feed when no notification arrives (notifications are only a hint).',
+    { max: MAX_SETTING_MS },
+  ),
+  idleReadDelayMs: duration(
+    'IDLE_READ_DELAY',
+    '25ms',
+    0,
+    'While no SSE subscriber, long-poll or waiting claim is connected to a process, it reads the feed at most this often after commits (one read for many commits instead of one each); a client that connects makes it read at once. 0: read after every commit.',
+    { max: 1000 },
+  ),
+  tailFloorMarginMs: duration(
+    'TAIL_FLOOR_MARGIN',
+    '1h',
+    0,
+    "The tail read skips feed partitions wholly older than a time below which it has read every row, so its cost does not grow with RETENTION; that time trails what it has proved by this margin (covering the database clock's small steps back). 0: every tail read covers every partition.",
+  ),
+  startWaitMs: duration(
+    'START_WAIT',
+    '5s',
+    0,
+    'Longest wait for a safe start position (a `latest` subscription, a JSON read after a publish) while an open transaction holds committed events behind the horizon; then 503 with Retry-After.',
+    { max: MAX_SETTING_MS },
+  ),
+  heartbeatMs: duration(
+    'HEARTBEAT_INTERVAL',
+    '15s',
+    100,
+    'SSE comment heartbeat; keep it below the shortest idle timeout of the proxies on the path.',
+    { max: MAX_SETTING_MS },
+  ),
+  sseRetryMs: duration(
+    'SSE_RETRY',
+    '2s',
+    0,
+    'Reconnect delay suggested to SSE clients (the `retry:` field).',
+    {
+      max: MAX_SETTING_MS,
+    },
+  ),
+} satisfies Record<string, Setting<unknown>>;
