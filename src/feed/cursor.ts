@@ -6,6 +6,8 @@
  * Both parts fit in JavaScript numbers: txid is an xid8 (epoch << 32 | xid), exact below 2^53 for
  * two million wraparound epochs, and ids stay far below 2^53.
  */
+import { NAME_PATTERN } from './names.ts';
+
 export interface Cursor {
   readonly txid: number;
   readonly id: number;
@@ -14,9 +16,13 @@ export interface Cursor {
 /** Before every event. */
 export const START: Cursor = Object.freeze({ txid: 0, id: 0 });
 
-// An id from a connection to several streams names the stream after the cursor (`12-3/orders`, see
-// frames.ts); the name is not needed to resume, as the cursor is a position in the whole feed.
-const CURSOR_RE = /^(\d{1,16})-(\d{1,16})(?:\/[A-Za-z0-9._:-]{1,200})?$/;
+/**
+ * A cursor, or an event id from a connection to several streams, which names the stream after the
+ * cursor (`12-3/orders`, see frames.ts; the name is not needed to resume, as the cursor is a position
+ * in the whole feed). The route schemas validate `after` with this pattern; parseCursor uses it too.
+ */
+export const CURSOR_PATTERN = `^(\\d{1,16})-(\\d{1,16})(?:/${NAME_PATTERN.slice(1, -1)})?$`;
+const CURSOR_RE = new RegExp(CURSOR_PATTERN);
 
 /** Parses a cursor string (or an event id that names its stream); undefined when it is malformed. */
 export function parseCursor(text: string): Cursor | undefined {

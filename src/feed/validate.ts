@@ -6,9 +6,8 @@
  */
 import { ApiError } from '../errors.ts';
 import type { CheckedEventInput } from './event.ts';
+import { NAME_PATTERN } from './names.ts';
 
-/** Stream and queue names: 1–200 characters of [A-Za-z0-9._:-]. */
-export const NAME_PATTERN = '^[A-Za-z0-9._:-]{1,200}$';
 const NAME_RE = new RegExp(NAME_PATTERN);
 /** Event types become SSE `event:` fields: no line breaks or control characters. */
 export const TYPE_PATTERN = '^[^\\u0000-\\u001f\\u007f]{1,200}$';

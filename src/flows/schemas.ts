@@ -1,8 +1,9 @@
 /** Subscription and schedule route schemas: request validation and response serialisation from one source. */
-import { NAME_PATTERN, TYPE_PATTERN } from '../feed/validate.ts';
+import { TYPE_PATTERN } from '../feed/validate.ts';
+import { NAME_PATTERN } from '../feed/names.ts';
 import { errorSchema } from '../http/errors.ts';
 import { jobInput } from '../queues/schemas.ts';
-import { CURSOR_PATTERN } from '../streams/schemas.ts';
+import { CURSOR_PATTERN } from '../feed/cursor.ts';
 import { CATCH_UP } from './schedules.ts';
 
 export const MAX_CATCH_UP = 10_000;

@@ -1,8 +1,9 @@
 /** Queue route schemas: request validation and response serialisation from one source. */
-import { NAME_PATTERN } from '../feed/validate.ts';
+import { NAME_PATTERN } from '../feed/names.ts';
 import { errorSchema } from '../http/errors.ts';
 import { batchOf } from '../http/validation.ts';
-import { CURSOR_PATTERN, MAX_BATCH } from '../streams/schemas.ts';
+import { CURSOR_PATTERN } from '../feed/cursor.ts';
+import { MAX_BATCH } from '../streams/schemas.ts';
 import { MAX_ATTEMPTS_LIMIT, MAX_SECONDS, PRIORITY_LIMIT } from './validate.ts';
 
 export const JOB_ID_PATTERN = '^[0-9]{1,18}$';

@@ -1,11 +1,11 @@
 /** Route schemas: request validation, response serialisation and (later) OpenAPI from one source. */
-import { NAME_PATTERN, TYPE_PATTERN } from '../feed/validate.ts';
+import { TYPE_PATTERN } from '../feed/validate.ts';
+import { NAME_PATTERN } from '../feed/names.ts';
+import { CURSOR_PATTERN } from '../feed/cursor.ts';
 import { errorSchema } from '../http/errors.ts';
 import { GLOB_PATTERN } from './glob.ts';
 import { batchOf } from '../http/validation.ts';
 
-/** A cursor, or an event id from a connection to several streams (`<cursor>/<stream>`). */
-export const CURSOR_PATTERN = `^\\d{1,16}-\\d{1,16}(/${NAME_PATTERN.slice(1, -1)})?$`;
 export const MAX_BATCH = 1000;
 
 export const streamParams = {
