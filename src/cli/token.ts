@@ -14,7 +14,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig, loadDotEnv } from '../config/config.ts';
 import type { TopicSelector } from '../mercure/match.ts';
 import { mintMercureToken } from '../mercure/issuers.ts';
-import { ACTIONS, type Action, mintToken } from './tokens.ts';
+import { ACTIONS, type Action, mintToken } from '../auth/tokens.ts';
 
 loadDotEnv();
 const { values } = parseArgs({
