@@ -27,6 +27,7 @@ import { Follower } from './flows/follower.ts';
 import { Scheduler } from './flows/scheduler.ts';
 import { errorBody } from './http/errors.ts';
 import { RETRY_AFTER_S } from './errors.ts';
+import { endSseStreams } from './http/sse.ts';
 
 /** Longest wait at shutdown for requests in flight to be answered before connections are dropped. */
 const DRAIN_MAX_MS = 10_000;
@@ -176,6 +177,7 @@ export async function startServer(config: Config, opts: { migrate?: boolean } = 
       // Waiting claims answer now; the queue batchers close only after the drain below, so an enqueue
       // or ack still in flight is written and answered rather than refused.
       queues.releaseWaiters();
+      endSseStreams(app!, config.sseRetryMs);
       f.endSubscribers(config.sseRetryMs);
       // A follower step or a firing in progress finishes (or rolls back) before the pool closes.
       await Promise.all([follower?.stop(), scheduler?.stop()]);

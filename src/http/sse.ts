@@ -1,18 +1,22 @@
 /**
- * SSE over a raw Node response: headers, the opening `retry:` hint and primed `id:`, and a Sink with
- * backpressure for the hub. Everything that can fail is checked before `open` is called: once the
- * 200 is sent, errors end the stream with an event and a `retry:` hint instead (browsers'
- * EventSource gives up forever on a non-200).
+ * SSE over a raw Node response, the same for every streaming route (streams, queue activity, the
+ * Mercure hub, the live page): openSseStream checks what can refuse a stream while a 4xx/503 can
+ * still be sent, then sends the headers, the opening `retry:` hint and the first frame, and gives
+ * the route a Sink with backpressure for the hub. Once the 200 is sent, errors end the stream with
+ * an event and a `retry:` hint instead (browsers' EventSource gives up forever on a non-200).
  *
- * A HEAD request (Fastify answers HEAD with the GET handler) gets the stream's status and headers and
- * ends at once: Node drops the body writes of a HEAD response, and with them the headers, which go
- * out with the first body byte, so an open-ended stream would never answer. Its sink is already
- * ended; the route's close handler frees what it took (hub subscription, connection slot).
+ * Lifecycle: a stream lives until its client leaves, its token expires, or shutdown ends it
+ * (endSseStreams, called first in the server's preClose); each of these runs the route's onClose
+ * callbacks once. A HEAD request (Fastify answers HEAD with the GET handler) gets the stream's
+ * status and headers and ends at once: Node drops the body writes of a HEAD response, and with them
+ * the headers, which go out with the first body byte, so an open-ended stream would never answer.
  */
 import type { ServerResponse } from 'node:http';
-import type { FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { admitSse } from '../auth/sse-admission.ts';
 import type { Hub, Sink } from '../feed/hub.ts';
 import { unavailable } from '../errors.ts';
+import { timerDelay } from '../timers.ts';
 
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -35,14 +39,101 @@ export function primerFrame(primedId: string): string {
 /** The event name of the priming frame (see primerFrame). */
 export const PRIMED_EVENT = 'primed';
 
-/** Takes over the response and starts the stream: a `retry:` hint, then the priming frame. */
-export function openSse(
+/** How an SSE route's stream opens and when it ends early (see openSseStream). */
+export interface SseStreamOptions {
+  retryMs: number;
+  /** The first frame after `retry:`: a priming `id:`, or a route's own opening frame. */
+  first: string;
+  /** Counted against MAX_SSE_CONNECTIONS with the hub's subscribers (503 over it). */
+  room?: { hub: Hub; max: number };
+  /** The per-token limit of MAX_SSE_PER_TOKEN (429 over it), and the end of the stream with
+   * `event: auth-expired` when the request's token stops being accepted. */
+  maxPerToken?: number;
+  /** An end of the stream at a given time, with a closing frame (a Mercure token's `exp`). */
+  expires?: { atMs: number; frame: string };
+}
+
+/**
+ * One open SSE stream. `onClose` callbacks run once, when the client leaves or the stream is ended
+ * here (expiry, shutdown): a route frees what the stream holds (its hub subscriber) in one of them.
+ */
+export interface SseStream {
+  readonly sink: Sink;
+  onClose(fn: () => void): void;
+  /** Ends the stream with a last chunk (a `retry:` hint, an expiry event) and runs the callbacks. */
+  end(chunk: string): void;
+}
+
+/**
+ * The open streams of each HTTP server, so shutdown ends them all with one `retry:` hint
+ * (endSseStreams). Keyed by the node server, which every plugin context of an app shares.
+ */
+const openStreams = new WeakMap<object, Set<SseStream>>();
+
+/**
+ * The one way an SSE route starts its stream. Everything that can refuse it is checked first, while
+ * an error can still be a 4xx/503 answer: the process's connection room, then the token's. Then it
+ * takes over the response, sends the headers (with any the route set on `reply`), `retry:` and the
+ * first frame, and arms the ends the options ask for.
+ *
+ * @example const stream = openSseStream(request, reply, { retryMs, first: primerFrame(id), room, maxPerToken });
+ *          const subscriber = hub.subscribe(streams, start, stream.sink);
+ *          stream.onClose(() => hub.unsubscribe(subscriber));
+ */
+export function openSseStream(
+  request: FastifyRequest,
   reply: FastifyReply,
-  primedId: string,
-  retryMs: number,
-  /** The first frame after `retry:` (default: the priming frame of primedId). */
-  first: string = primerFrame(primedId),
-): Sink {
+  opts: SseStreamOptions,
+): SseStream {
+  if (opts.room) assertSseRoom(opts.room.hub, opts.room.max);
+  const started = opts.maxPerToken === undefined ? undefined : admitSse(request, reply, opts.maxPerToken);
+  const stream = new ResponseStream(startResponse(reply, opts.retryMs, opts.first));
+  const registry = openStreams.get(request.server.server) ?? new Set<SseStream>();
+  openStreams.set(request.server.server, registry);
+  registry.add(stream);
+  stream.onClose(() => registry.delete(stream));
+  reply.raw.on('close', () => stream.closed());
+  started?.((frame) => stream.end(frame));
+  if (opts.expires) {
+    const { atMs, frame } = opts.expires;
+    const timer = setTimeout(() => stream.end(frame), timerDelay(atMs - Date.now()));
+    timer.unref();
+    stream.onClose(() => clearTimeout(timer));
+  }
+  return stream;
+}
+
+/** Ends every SSE stream `app` serves with a `retry:` hint (the first step of shutdown). */
+export function endSseStreams(app: FastifyInstance, retryMs: number): void {
+  for (const stream of [...(openStreams.get(app.server) ?? [])]) {
+    stream.end(`retry: ${retryMs}\n: server shutting down\n\n`);
+  }
+}
+
+class ResponseStream implements SseStream {
+  private callbacks: (() => void)[] | undefined = [];
+
+  constructor(readonly sink: Sink) {}
+
+  onClose(fn: () => void): void {
+    if (this.callbacks) this.callbacks.push(fn);
+    else fn();
+  }
+
+  end(chunk: string): void {
+    this.sink.end(chunk);
+    this.closed();
+  }
+
+  closed(): void {
+    const callbacks = this.callbacks;
+    this.callbacks = undefined;
+    for (const fn of callbacks ?? []) fn();
+  }
+}
+
+/** Takes over the response and starts the stream: headers, a `retry:` hint, then `first`. */
+function startResponse(reply: FastifyReply, retryMs: number, first: string): Sink {
   reply.hijack();
   const res = reply.raw;
   res.writeHead(200, { ...SSE_HEADERS, ...(reply.getHeaders() as Record<string, string>) });
@@ -127,7 +218,7 @@ export function responseSink(res: ServerResponse): Required<Sink> {
  * Refuses a new SSE stream when this process already serves `max` (MAX_SSE_CONNECTIONS): 503 with
  * Retry-After before the stream starts, so the client tries again later or on another replica.
  */
-export function assertSseRoom(hub: Hub, max: number): void {
+function assertSseRoom(hub: Hub, max: number): void {
   if (hub.subscriberCount >= max) {
     throw unavailable(
       'too_many_connections',

@@ -15,7 +15,7 @@
 import type { Db } from '../db/database.ts';
 import { type Cursor, START } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
-import { safePosition } from '../http/safe-position.ts';
+import { safePosition } from '../http/read-position.ts';
 import { findUpdateId, lastUpdateId } from './queries.ts';
 
 export interface ResumePoint {

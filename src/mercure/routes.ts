@@ -19,9 +19,8 @@ import type { Db } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import { errorSchema } from '../http/errors.ts';
 import { ApiError } from '../errors.ts';
-import { timerDelay } from '../timers.ts';
 import { MercureAuthorizer, sendMercureError } from './authorize.ts';
-import { assertSseRoom, openSse } from '../http/sse.ts';
+import { openSseStream } from '../http/sse.ts';
 import { parseForm, rawQuery } from './form.ts';
 import { MERCURE_STREAM } from './frames.ts';
 import { HUB_PATH, type MercureUpdate, appendUpdates, updateFromForm } from './publish.ts';
@@ -162,7 +161,6 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
           givenId(request.headers['last-event-id'], req.lastEventId),
           config.startWaitMs,
         );
-        assertSseRoom(feed.hub, config.maxSseConnections);
         if (resume.header !== undefined) reply.header('mercure-last-event-id', resume.header);
         const selection = new MercureSelection({
           db,
@@ -175,28 +173,26 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
           stats,
         });
         // The priming frame is an id alone: browsers take it as lastEventId without firing an event.
-        const sink = openSse(reply, resume.primedId, config.sseRetryMs, `id: ${resume.primedId}\n\n`);
-        const sub = feed.hub.subscribe([MERCURE_STREAM], resume.cursor, sink, selection);
+        // The stream ends when the token expires (draft §Authorization); the client reconnects with a fresh one.
+        const stream = openSseStream(request, reply, {
+          retryMs: config.sseRetryMs,
+          first: `id: ${resume.primedId}\n\n`,
+          room: { hub: feed.hub, max: config.maxSseConnections },
+          expires:
+            grants !== null && Number.isFinite(grants.exp)
+              ? { atMs: grants.exp * 1000, frame: ': token expired\n\n' }
+              : undefined,
+        });
+        const subscriber = feed.hub.subscribe([MERCURE_STREAM], resume.cursor, stream.sink, selection);
         const active = deps.subscriptions;
         const conn = active && { subscriber: newSubscriberId(), selectors: req.selectors, grants };
         if (active && conn) void active.opened(conn);
-        let expiry: NodeJS.Timeout | undefined;
         stats.subscribers++;
-        reply.raw.on('close', () => {
+        stream.onClose(() => {
           stats.subscribers--;
-          clearTimeout(expiry);
-          feed.hub.unsubscribe(sub);
+          feed.hub.unsubscribe(subscriber);
           if (active && conn) void active.closed(conn);
         });
-        // The stream ends when the token expires (draft §Authorization); the client reconnects with a fresh one.
-        if (grants !== null && Number.isFinite(grants.exp)) {
-          const left = grants.exp * 1000 - Date.now();
-          expiry = setTimeout(() => {
-            sink.end(': token expired\n\n');
-            feed.hub.unsubscribe(sub);
-          }, timerDelay(left));
-          expiry.unref();
-        }
         return reply;
       },
     );

@@ -12,9 +12,8 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { canSeeQueue, canSubscribe } from '../auth/policy.ts';
-import { admitSse } from '../auth/sse-admission.ts';
 import { errorSchema } from '../http/errors.ts';
-import { SSE_HEADERS } from '../http/sse.ts';
+import { openSseStream } from '../http/sse.ts';
 import type { Sample, Sampler, StreamRow } from './sampler.ts';
 
 /** Streams sent per frame (the busiest, then the most recent). */
@@ -60,12 +59,8 @@ function viewFor(request: FastifyRequest, metricsRequireAdmin: boolean) {
 
 export function liveRoutes(app: FastifyInstance, deps: LiveDeps): void {
   const { sampler, config } = deps;
-  const open = new Set<(frame: string) => void>();
   // The stream table is sorted once per tick, for every connection of this app.
   let shared: { at: number; rows: StreamRow[] } = { at: -1, rows: [] };
-  app.addHook('preClose', async () => {
-    for (const end of open) end(`retry: ${config.sseRetryMs}\n: server shutting down\n\n`);
-  });
 
   app.get(
     '/v1/ops/live',
@@ -90,49 +85,32 @@ export function liveRoutes(app: FastifyInstance, deps: LiveDeps): void {
     },
     async (request, reply) => {
       const view = viewFor(request, config.metricsRequireAdmin);
-      const started = admitSse(request, reply, config.maxSsePerToken);
-      reply.hijack();
-      const res = reply.raw;
-      res.writeHead(200, { ...SSE_HEADERS, ...(reply.getHeaders() as Record<string, string>) });
-      // A HEAD gets the headers and ends: Node discards a HEAD's body, so a stream would never show.
-      if (request.method === 'HEAD') {
-        res.end();
-        return reply;
-      }
       const frame = (event: string, body: unknown) => `event: ${event}\ndata: ${JSON.stringify(body)}\n\n`;
-      res.write(
-        `retry: ${config.sseRetryMs}\n` +
-          frame('history', {
-            intervalMs: sampler.intervalMs,
-            capacity: sampler.capacity,
-            admin: view.admin,
-            global: view.global,
-            samples: sampler.history().map(view.sample),
-            streams: view.streams(sampler.streamRows()),
-          }),
-      );
+      const stream = openSseStream(request, reply, {
+        retryMs: config.sseRetryMs,
+        first: frame('history', {
+          intervalMs: sampler.intervalMs,
+          capacity: sampler.capacity,
+          admin: view.admin,
+          global: view.global,
+          samples: sampler.history().map(view.sample),
+          streams: view.streams(sampler.streamRows()),
+        }),
+        maxPerToken: config.maxSsePerToken,
+      });
+      const { sink } = stream;
       let blocked = false;
       const unsubscribe = sampler.subscribe((s) => {
-        if (res.destroyed || blocked) return;
+        if (blocked) return;
         if (shared.at !== s.t) shared = { at: s.t, rows: sampler.streamRows() };
-        if (!res.write(frame('sample', { sample: view.sample(s), streams: view.streams(shared.rows) }))) {
+        if (!sink.write(frame('sample', { sample: view.sample(s), streams: view.streams(shared.rows) }))) {
           blocked = true;
-          res.once('drain', () => {
+          void sink.drained().then(() => {
             blocked = false;
           });
         }
       });
-      const end = (last: string) => {
-        unsubscribe();
-        open.delete(end);
-        if (!res.writableEnded) res.end(last);
-      };
-      open.add(end);
-      res.on('close', () => {
-        unsubscribe();
-        open.delete(end);
-      });
-      started(end);
+      stream.onClose(unsubscribe);
       return reply;
     },
   );

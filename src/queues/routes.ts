@@ -4,14 +4,13 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorize, authorizeQueueRead, canSeeQueue } from '../auth/policy.ts';
-import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config/config.ts';
 import { ApiError } from '../errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
-import { START, formatCursor, parseCursor } from '../feed/cursor.ts';
+import { START, formatCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
-import { safePosition } from '../http/safe-position.ts';
-import { assertSseRoom, openSse } from '../http/sse.ts';
+import { givenCursor, safePosition } from '../http/read-position.ts';
+import { openSseStream, primerFrame } from '../http/sse.ts';
 import type { ClaimedJob } from './claim.ts';
 import type { AckItem, LeaseRef, SettleResult } from './settle.ts';
 import { queueStream } from './wake-stream.ts';
@@ -435,28 +434,18 @@ export function queueRoutes(
     async (request, reply) => {
       // Watching a queue: like its stats (enqueue, work or admin), whatever the cursor.
       authorizeQueueRead(request, request.params.queue);
-      const header = request.headers['last-event-id'];
-      const given = typeof header === 'string' && header !== '' ? header : request.query.after;
-      const start = given === undefined ? undefined : parseCursor(given);
-      if (given !== undefined && !start) {
-        throw new ApiError(
-          400,
-          'invalid_cursor',
-          `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>" as sent in an event id`,
-        );
-      }
+      const start = givenCursor(request, request.query.after);
       const from =
         start ??
         (request.query.from === 'earliest' ? START : await safePosition(deps.feed, config.startWaitMs));
-      assertSseRoom(deps.feed.hub, config.maxSseConnections);
-      const started = admitSse(request, reply, config.maxSsePerToken);
-      const sink = openSse(reply, formatCursor(from), config.sseRetryMs);
-      const sub = deps.feed.hub.subscribe([queueStream(request.params.queue)], from, sink);
-      reply.raw.on('close', () => deps.feed.hub.unsubscribe(sub));
-      started((frame) => {
-        sink.end(frame);
-        deps.feed.hub.unsubscribe(sub);
+      const stream = openSseStream(request, reply, {
+        retryMs: config.sseRetryMs,
+        first: primerFrame(formatCursor(from)),
+        room: { hub: deps.feed.hub, max: config.maxSseConnections },
+        maxPerToken: config.maxSsePerToken,
       });
+      const subscriber = deps.feed.hub.subscribe([queueStream(request.params.queue)], from, stream.sink);
+      stream.onClose(() => deps.feed.hub.unsubscribe(subscriber));
       return reply;
     },
   );

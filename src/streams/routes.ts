@@ -7,11 +7,10 @@ import { authorize, canSubscribe } from '../auth/policy.ts';
 import { OPEN } from '../auth/tokens.ts';
 import type { Db } from '../db/database.ts';
 import { GlobSelection, isGlob } from './glob.ts';
-import { admitSse } from '../auth/sse-admission.ts';
 import type { Config } from '../config/config.ts';
 import { ApiError } from '../errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
-import { type Cursor, START, compareCursors, formatCursor, parseCursor } from '../feed/cursor.ts';
+import { type Cursor, START, compareCursors, formatCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { FeedEvent } from '../feed/queries.ts';
 import { type EventBody, toEventInput } from '../feed/validate.ts';
@@ -24,8 +23,8 @@ import {
   streamReadQuery,
 } from './schemas.ts';
 import { cacheableRequest, markImmutable, markUncacheable, matches, pageEtag } from '../http/page-cache.ts';
-import { safePosition } from '../http/safe-position.ts';
-import { assertSseRoom, openSse } from '../http/sse.ts';
+import { givenCursor, safePosition } from '../http/read-position.ts';
+import { openSseStream, primerFrame } from '../http/sse.ts';
 
 interface ReadQuery {
   after?: string;
@@ -85,22 +84,6 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
   );
 }
 
-/** The cursor the request names: Last-Event-ID, else ?after; undefined when it names none. */
-function givenCursor(request: FastifyRequest, query: ReadQuery): Cursor | undefined {
-  const header = request.headers['last-event-id'];
-  const given = typeof header === 'string' && header !== '' ? header : query.after;
-  if (given === undefined) return undefined;
-  const c = parseCursor(given);
-  if (!c) {
-    throw new ApiError(
-      400,
-      'invalid_cursor',
-      `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>" as sent in an event id`,
-    );
-  }
-  return c;
-}
-
 function wantsSse(request: FastifyRequest): boolean {
   return (request.headers.accept ?? '').includes('text/event-stream');
 }
@@ -126,7 +109,7 @@ async function readStreams(
       'stream globs (`*`) are served over SSE only (Accept: text/event-stream)',
     );
   }
-  const given = givenCursor(request, query);
+  const given = givenCursor(request, query.after);
   const sse = wantsSse(request);
   // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
   // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets
@@ -153,9 +136,12 @@ async function readStreams(
       : await safePosition(feed, config.startWaitMs);
   const start = given ?? (query.from === 'earliest' ? START : reach!);
   if (sse) {
-    assertSseRoom(feed.hub, config.maxSseConnections);
-    const started = admitSse(request, reply, config.maxSsePerToken);
-    const sink = openSse(reply, formatCursor(start), config.sseRetryMs);
+    const stream = openSseStream(request, reply, {
+      retryMs: config.sseRetryMs,
+      first: primerFrame(formatCursor(start)),
+      room: { hub: feed.hub, max: config.maxSseConnections },
+      maxPerToken: config.maxSsePerToken,
+    });
     const selection =
       globs.length === 0
         ? undefined
@@ -166,13 +152,8 @@ async function readStreams(
             globs,
             canRead: (stream) => canSubscribe(request, stream),
           });
-    const sub = feed.hub.subscribe(streams, start, sink, selection);
-    reply.raw.on('close', () => feed.hub.unsubscribe(sub));
-    // An expiring token ends the stream at expiry with `event: auth-expired`.
-    started((frame) => {
-      sink.end(frame);
-      feed.hub.unsubscribe(sub);
-    });
+    const subscriber = feed.hub.subscribe(streams, start, stream.sink, selection);
+    stream.onClose(() => feed.hub.unsubscribe(subscriber));
     return reply;
   }
 
