@@ -11,6 +11,11 @@ import { workerIndex } from './cluster/worker.ts';
 import { redactedRequest } from './auth/redact.ts';
 import type { Config } from './config/config.ts';
 import type { Database } from './db/database.ts';
+import { poolMetrics } from './db/metrics.ts';
+import { feedMetrics } from './feed/metrics.ts';
+import { followerMetrics, schedulerMetrics } from './flows/metrics.ts';
+import { queueMetrics } from './queues/metrics.ts';
+import { retentionMetrics } from './retention/metrics.ts';
 import { installErrorHandlers } from './http/errors.ts';
 import type { Feed } from './feed/feed.ts';
 import { installFiniteNumbers, installJsonParser } from './http/input.ts';
@@ -20,7 +25,8 @@ import { healthRoutes } from './ops/health.ts';
 import { MercureAuthorizer } from './mercure/authorize.ts';
 import { discoveryRoutes } from './mercure/discovery.ts';
 import { lastUpdateId } from './mercure/queries.ts';
-import { type MercureStats, mercureRoutes, newMercureStats } from './mercure/routes.ts';
+import { MercureStats } from './mercure/metrics.ts';
+import { mercureRoutes } from './mercure/routes.ts';
 import { ActiveSubscriptions, subscriptionRoutes } from './mercure/subscriptions.ts';
 import { liveRoutes } from './ops/live.ts';
 import { metricsRoutes } from './ops/metrics.ts';
@@ -93,8 +99,20 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerDocs(app);
   uiRoutes(app);
   healthRoutes(app, deps);
-  const mercureStats = newMercureStats();
-  metricsRoutes(app, { ...deps, mercure: mercureStats });
+  const mercureStats = new MercureStats();
+  const { feed, queues, follower, scheduler, pool } = deps;
+  metricsRoutes(app, {
+    config: deps.config,
+    parts: [
+      feedMetrics(feed),
+      retentionMetrics(deps.db, feed.janitor),
+      queueMetrics(deps.db, queues),
+      ...(follower ? [followerMetrics(deps.db, follower)] : []),
+      ...(scheduler ? [schedulerMetrics(scheduler)] : []),
+      ...(pool ? [poolMetrics(pool)] : []),
+      mercureStats,
+    ],
+  });
   if (deps.sampler) liveRoutes(app, { sampler: deps.sampler, config: deps.config });
   streamRoutes(app, deps);
   streamListRoutes(app, deps);

@@ -52,6 +52,8 @@ export interface FeedOptions {
 }
 
 export class Feed {
+  /** The primary's pool (writes, and reads that must see the primary). */
+  readonly db: Kysely<Database>;
   readonly batcher: Batcher;
   readonly tailer: Tailer;
   readonly hub: Hub;
@@ -64,6 +66,7 @@ export class Feed {
   private readonly watchers = new Set<(events: readonly FeedEvent[]) => void>();
 
   constructor(opts: FeedOptions) {
+    this.db = opts.db;
     this.reads = new FeedReads(opts.db, opts.standbys ?? [], {
       tailPrimary: opts.tailDb,
       lagWaitMs: opts.readLagWaitMs ?? 1000,

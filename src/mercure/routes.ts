@@ -23,23 +23,13 @@ import { MercureAuthorizer, sendMercureError } from './authorize.ts';
 import { openSseStream } from '../http/sse.ts';
 import { parseForm, rawQuery } from './form.ts';
 import { MERCURE_STREAM } from './frames.ts';
+import { MercureStats } from './metrics.ts';
 import { HUB_PATH, type MercureUpdate, appendUpdates, updateFromForm } from './publish.ts';
 import { givenId, resolveResume } from './resume.ts';
 import { MercureSelection, compileRequestSelectors, subscribeRequest } from './subscribe.ts';
 import { type ActiveSubscriptions, newSubscriberId } from './subscriptions.ts';
 
 /** This process's hub counters, read by /metrics at scrape time (plain fields: nothing on the hot path). */
-export interface MercureStats {
-  /** Updates committed through `POST /.well-known/mercure` (not the SQL function or /v1/tx). */
-  published: number;
-  /** Open subscriber connections. */
-  subscribers: number;
-  /** Update frames written to subscribers, live and catch-up. */
-  frames: number;
-}
-
-export const newMercureStats = (): MercureStats => ({ published: 0, subscribers: 0, frames: 0 });
-
 export interface MercureDeps {
   config: Config;
   /** Counters for /metrics (default: kept but not reported). */
@@ -54,7 +44,7 @@ export interface MercureDeps {
 
 export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Promise<void> {
   const { config, db, feed } = deps;
-  const stats = deps.stats ?? newMercureStats();
+  const stats = deps.stats ?? new MercureStats();
   const authorizer = deps.authorizer ?? new MercureAuthorizer(config, app.log);
   const hub = authorizer.hub;
   const batcher = new Batcher<MercureUpdate, string>(db, {

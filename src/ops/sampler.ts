@@ -26,7 +26,7 @@ import { type QueueStats, queueStats } from '../queues/admin.ts';
 import type { Queues } from '../queues/queues.ts';
 import { queueStream } from '../queues/wake-stream.ts';
 import { listStreams } from '../streams/queries.ts';
-import { horizonBlocker } from './horizon.ts';
+import { horizonBlocker } from '../feed/horizon-blocker.ts';
 
 /** One queue at one tick: depth from the tables, activity (per second) from this process. */
 export type QueueSample = Pick<QueueStats, 'name' | 'paused' | 'ready' | 'delayed' | 'leased' | 'dead'> & {

@@ -1,0 +1,205 @@
+/**
+ * The feed's metrics: the publish group commit, the listener, the tailer (wakes, reads, the floor,
+ * the horizon), reads on standbys, and the hub's subscribers. Every value is read at scrape time
+ * from the modules' own counters; two cost a query, only when scraped: the feed lag (one
+ * primary-key probe past the tailer's position) and, while the horizon is stalled, the backend
+ * holding it. A failed query leaves its gauge at -1 (or without samples, for the labelled one).
+ */
+import type { Measured, Metrics } from '../metrics.ts';
+import type { Feed } from './feed.ts';
+import { horizonBlocker } from './horizon-blocker.ts';
+import { feedLagSeconds } from './lag.ts';
+
+export function feedMetrics(feed: Feed): Measured {
+  return {
+    registerMetrics(m) {
+      registerWriteMetrics(m, feed);
+      registerTailMetrics(m, feed);
+      registerHorizonMetrics(m, feed);
+      if (feed.reads.configured) registerStandbyMetrics(m, feed);
+      registerHubMetrics(m, feed);
+    },
+  };
+}
+
+function registerWriteMetrics(m: Metrics, feed: Feed): void {
+  const b = feed.batcher.stats;
+  m.counter(
+    'commitfeed_publishes_total',
+    'Publish requests committed (a batch publish counts once)',
+    () => b.requests,
+  );
+  m.counter(
+    'commitfeed_events_written_total',
+    'Events appended through the group-commit writer',
+    () => b.events,
+  );
+  m.counter(
+    'commitfeed_commits_total',
+    'Group-commit statements committed; each issues one NOTIFY. events_written / commits = mean batch size',
+    () => b.statements,
+  );
+  m.gauge(
+    'commitfeed_commit_batch_size_mean',
+    'Mean events per group-commit statement since start',
+    () => (b.statements === 0 ? 0 : b.events / b.statements),
+    'average',
+  );
+}
+
+function registerTailMetrics(m: Metrics, feed: Feed): void {
+  const { listener, tailer } = feed;
+  m.counters(
+    'commitfeed_tailer_wakes_total',
+    'Tailer wake-ups by source: notify (LISTEN), local (own commit), fallback (timer: idle poll, re-poll behind the horizon, error backoff)',
+    ['source'],
+    (add) => {
+      add({ source: 'notify' }, listener.stats.notifications - listener.stats.own);
+      add({ source: 'local' }, feed.batcher.stats.statements);
+      add({ source: 'fallback' }, tailer.stats.fallbackWakes);
+    },
+  );
+  m.counter(
+    'commitfeed_notifications_received_total',
+    'NOTIFYs heard on the LISTEN connection',
+    () => listener.stats.notifications,
+  );
+  m.counter(
+    'commitfeed_notifications_own_total',
+    "NOTIFYs sent by this process's own connections, not acted on (their commits wake the tailer directly)",
+    () => listener.stats.own,
+  );
+  m.counter(
+    'commitfeed_listener_reconnects_total',
+    'LISTEN connection re-established after a loss',
+    () => listener.stats.reconnects,
+  );
+  m.gauge('commitfeed_listener_connected', '1 while the LISTEN connection is up', () =>
+    listener.connected ? 1 : 0,
+  );
+  m.counter('commitfeed_tailer_polls_total', 'Reads of the global feed tail', () => tailer.stats.reads);
+  m.counter(
+    'commitfeed_tailer_deferred_wakes_total',
+    'Commit wake-ups deferred by up to IDLE_READ_DELAY because nobody in this process waited for events',
+    () => tailer.stats.deferredWakes,
+  );
+  m.counter(
+    'commitfeed_tailer_events_total',
+    'Events read from the feed tail into the window',
+    () => tailer.stats.events,
+  );
+  m.counter(
+    'commitfeed_tailer_errors_total',
+    'Failed tail reads (retried with backoff)',
+    () => tailer.stats.errors,
+  );
+  m.counter(
+    'commitfeed_tailer_own_events_total',
+    'Events this process committed that the tail read did not send back: the tailer took them from memory (src/feed/own-writes.ts)',
+    () => feed.own.stats.recorded,
+  );
+  m.counter(
+    'commitfeed_tailer_own_events_unheld_total',
+    'Events this process committed that were read back from the table because too many were already held (rows waiting behind the horizon)',
+    () => feed.own.stats.skipped,
+  );
+}
+
+function registerHorizonMetrics(m: Metrics, feed: Feed): void {
+  const { tailer, db } = feed;
+  m.gauge(
+    'commitfeed_tailer_floor_age_seconds',
+    'How far the tail floor trails now: tail reads skip the partitions wholly before it (TAIL_FLOOR_MARGIN behind what was proved; it grows while an open transaction holds the horizon back); -1 with no floor yet or the floor off',
+    () => {
+      const at = tailer.floorAtMs;
+      return at === Number.NEGATIVE_INFINITY ? -1 : (Date.now() - at) / 1000;
+    },
+    'max',
+  );
+  m.gauge(
+    'commitfeed_horizon_stall_seconds',
+    'How long committed rows have waited behind the transaction horizon (an older transaction still open); 0 when none wait',
+    () => tailer.horizonStallMs / 1000,
+    'max',
+  );
+  m.gauges(
+    'commitfeed_horizon_blocker_age_seconds',
+    'While the horizon is stalled: transaction age of the oldest open writing backend, labelled by pid and application_name',
+    ['pid', 'application_name'],
+    async (set) => {
+      if (tailer.horizonStallMs === 0) return;
+      const r = await horizonBlocker(db).catch(() => undefined);
+      if (r) set({ pid: String(r.pid), application_name: r.applicationName }, r.ageSeconds);
+    },
+    'max',
+  );
+  m.gauge(
+    'commitfeed_feed_lag_seconds',
+    'Age of the oldest feed row past the position this process has delivered up to (0 when caught up; -1 if the database cannot be read)',
+    () => feedLagSeconds(db, tailer.position).catch(() => -1),
+    'max',
+  );
+}
+
+function registerStandbyMetrics(m: Metrics, feed: Feed): void {
+  const { reads } = feed;
+  // Across workers (WORKERS > 1): `up` is the least any worker sees, lag the most.
+  m.gauges(
+    'commitfeed_standby_up',
+    '1 while the standby serves feed reads (state ok)',
+    ['standby'],
+    (set) => {
+      for (const s of reads.status()) set({ standby: s.name }, s.state === 'ok' ? 1 : 0);
+    },
+    'min',
+  );
+  m.gauges(
+    'commitfeed_standby_lag_bytes',
+    'WAL bytes the standby had yet to replay at the last probe (-1: unreachable)',
+    ['standby'],
+    (set) => {
+      for (const s of reads.status()) set({ standby: s.name }, s.lagBytes);
+    },
+    'max',
+  );
+  m.counter(
+    'commitfeed_standby_reads_total',
+    'Feed reads (tail and catch-up pages) served by a standby',
+    () => reads.stats.standby,
+  );
+  m.counter(
+    'commitfeed_standby_fallback_reads_total',
+    'Feed reads that went to the primary although standbys are configured (none usable, lagging past READ_LAG_WAIT, or failed)',
+    () => reads.stats.fallbacks,
+  );
+  m.counter(
+    'commitfeed_standby_replay_waits_total',
+    "Pauses of a woken tail read waiting for the standby to replay the primary's WAL position",
+    () => reads.stats.replayWaits,
+  );
+}
+
+function registerHubMetrics(m: Metrics, feed: Feed): void {
+  const { hub } = feed;
+  m.gauge('commitfeed_sse_connections', 'Open SSE subscriptions in this process', () => hub.subscriberCount);
+  m.counter(
+    'commitfeed_sse_frames_total',
+    'Event frames written to SSE subscribers (live and catch-up)',
+    () => hub.stats.frames,
+  );
+  m.counter(
+    'commitfeed_sse_live_writes_total',
+    'Socket writes by the live fan-out (one per subscriber per page)',
+    () => hub.stats.delivered,
+  );
+  m.counter(
+    'commitfeed_sse_slow_dropped_total',
+    'SSE subscribers dropped because their socket took nothing for SLOW_SUBSCRIBER_TIMEOUT',
+    () => hub.stats.dropped,
+  );
+  m.gauge(
+    'commitfeed_sse_buffered_bytes',
+    'Bytes written to SSE sockets and not yet taken by the clients',
+    () => hub.bufferedBytes(),
+  );
+}
