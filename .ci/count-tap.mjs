@@ -1,12 +1,15 @@
 // Reads TAP from stdin (tap --reporter=tap), echoes it, and prints "tests: N passed, N failed" counting
 // each test file's top-level subtests; a file that fails outside any subtest counts as one failure.
-// Before that line it lists the slowest test files (tap's `# time=` per file), where CI time goes.
+// Before that line it names every failing subtest with its file (the log CI keeps may be cut), then
+// lists the slowest test files (tap's `# time=` per file), where CI time goes.
 import { createInterface } from 'node:readline';
 
 let passed = 0;
 let failed = 0;
 let fileFailures = 0;
 const fileTimes = [];
+const failures = [];
+let pending = [];
 const rl = createInterface({ input: process.stdin });
 for await (const line of rl) {
   console.log(line);
@@ -15,6 +18,7 @@ for await (const line of rl) {
     if (sub[1]) {
       failed++;
       fileFailures++;
+      pending.push(line.trim());
     } else passed++;
     continue;
   }
@@ -22,9 +26,19 @@ for await (const line of rl) {
   const timed = /^(?:not )?ok \d+ - (\S+) # time=([\d.]+)ms/.exec(line);
   if (timed) fileTimes.push([timed[1], Number(timed[2])]);
   if (file) {
-    if (file[1] && fileFailures === 0) failed++;
+    const name = /^(?:not )?ok \d+ - (\S+)/.exec(line)?.[1] ?? '?';
+    if (file[1] && fileFailures === 0) {
+      failed++;
+      pending.push('(the file itself failed)');
+    }
+    for (const f of pending) failures.push(`${name}: ${f}`);
     fileFailures = 0;
+    pending = [];
   }
+}
+if (failures.length > 0) {
+  console.log('\nfailing tests:');
+  for (const f of failures) console.log(`  ${f}`);
 }
 fileTimes.sort((a, b) => b[1] - a[1]);
 console.log('\nslowest test files:');
