@@ -1,6 +1,7 @@
 /**
  * buildApp: the Fastify instance with its plugins and routes, given already-started dependencies.
- * Tests and main.ts both build it through startServer (server.ts).
+ * Tests and main.ts both build it through startServer (server.ts). What belongs to the HTTP app ends
+ * with it: the shutdown drain (http/drain.ts) and the Mercure hub's active subscriptions (onClose).
  */
 import sensible from '@fastify/sensible';
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
@@ -15,7 +16,9 @@ import { poolMetrics } from './db/metrics.ts';
 import { feedMetrics } from './feed/metrics.ts';
 import { followerMetrics, schedulerMetrics } from './flows/metrics.ts';
 import { queueMetrics } from './queues/metrics.ts';
+import type { Janitor } from './retention/janitor.ts';
 import { retentionMetrics } from './retention/metrics.ts';
+import { installDrain } from './http/drain.ts';
 import { installErrorHandlers } from './http/errors.ts';
 import type { Feed } from './feed/feed.ts';
 import { installFiniteNumbers, installJsonParser } from './http/input.ts';
@@ -46,6 +49,7 @@ export interface AppDeps {
   db: Kysely<Database>;
   feed: Feed;
   queues: Queues;
+  janitor: Janitor;
   /** Stream subscriptions and cron schedules (their routes are served only with both). */
   follower?: Follower;
   scheduler?: Scheduler;
@@ -91,6 +95,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // JSON only: a text/plain body is a 415, not a string that fails validation later.
   app.removeContentTypeParser('text/plain');
   installErrorHandlers(app);
+  // Shutdown answers what is in flight and ends what never ends on its own (long-polls, streams).
+  const { feed, queues, follower, scheduler, pool } = deps;
+  installDrain(app, {
+    retryMs: deps.config.sseRetryMs,
+    release: () => {
+      queues.releaseWaiters();
+      feed.endSubscribers(deps.config.sseRetryMs);
+    },
+  });
   // Strict JSON (valid UTF-8, bounded nesting); then CORS and tokens, before any route (src/auth).
   installJsonParser(app);
   installFiniteNumbers(app);
@@ -100,12 +113,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   uiRoutes(app);
   healthRoutes(app, deps);
   const mercureStats = new MercureStats();
-  const { feed, queues, follower, scheduler, pool } = deps;
   metricsRoutes(app, {
     config: deps.config,
     parts: [
       feedMetrics(feed),
-      retentionMetrics(deps.db, feed.janitor),
+      retentionMetrics(deps.db, deps.janitor),
       queueMetrics(deps.db, queues),
       ...(follower ? [followerMetrics(deps.db, follower)] : []),
       ...(scheduler ? [schedulerMetrics(scheduler)] : []),

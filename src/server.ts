@@ -1,41 +1,43 @@
 /**
- * startServer: database (embedded or DATABASE_URL) → migrations → feed and queues → HTTP. The
- * long-lived services (Feed, Queues, the horizon watcher) are built and started here and handed to
- * the app as dependencies, so every route and /metrics sees the same instances.
+ * startServer: database (embedded or DATABASE_URL) → pools → migrations → feed → janitor → queues →
+ * flows → sampler → HTTP. The long-lived parts are built and started here, in that order, and handed
+ * to the app as dependencies, so every route and /metrics sees the same instances.
  *
- * close() shuts down in order: stop the horizon watcher; stop accepting (new requests get 503);
- * release waiting claims and write queued enqueues and acks; stop the subscription follower and the
- * scheduler; end SSE streams with a `retry:` hint and
- * finish in-flight publishes; stop the tailer, listener and janitor; close the HTTP server; close the
- * pool; stop the embedded database.
+ * Each part is added to one list as it starts; close() — and a start that fails half-way — stops the
+ * list in reverse: the HTTP app first (its preClose stops accepting, answers long-polls, ends SSE
+ * streams with a `retry:` hint and waits for the requests in flight: src/http/drain.ts), then the
+ * sampler, the scheduler and the follower (a step in progress finishes), the queue batchers (queued
+ * enqueues and acks are written; their wake-ups still reach a running feed), the horizon watcher,
+ * the janitor, the feed (in-flight publishes finish; tailer and listener stop), the pools and the
+ * embedded database.
  */
-import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import pino from 'pino';
 import { buildApp } from './app.ts';
 import { resolveAuthMode } from './auth/mode.ts';
 import type { Config } from './config/config.ts';
-import { type Database, createDatabase } from './db/database.ts';
+import type { Database } from './db/database.ts';
 import { configuredDatabase } from './db/embedded.ts';
 import { migrate } from './db/migrate.ts';
+import { createPools } from './db/pools.ts';
 import { Feed } from './feed/feed.ts';
+import { recordLostEvents } from './flows/losses.ts';
+import { Follower } from './flows/follower.ts';
+import { Scheduler } from './flows/scheduler.ts';
+import { scheduleTickRetention } from './flows/schedules.ts';
+import { mercureTopicRetention } from './mercure/retention.ts';
 import { watchHorizon } from './ops/horizon-watch.ts';
 import { Sampler } from './ops/sampler.ts';
 import { Queues } from './queues/queues.ts';
-import { Follower } from './flows/follower.ts';
-import { Scheduler } from './flows/scheduler.ts';
-import { errorBody } from './http/errors.ts';
-import { RETRY_AFTER_S } from './errors.ts';
-import { endSseStreams } from './http/sse.ts';
-
-/** Longest wait at shutdown for requests in flight to be answered before connections are dropped. */
-const DRAIN_MAX_MS = 10_000;
+import { queueRetention } from './queues/retention.ts';
+import { Janitor, type JanitorOptions } from './retention/janitor.ts';
 
 export interface Server {
   app: FastifyInstance;
   db: Kysely<Database>;
   feed: Feed;
+  janitor: Janitor;
   queues: Queues;
   follower: Follower;
   scheduler: Scheduler;
@@ -45,195 +47,106 @@ export interface Server {
   close(): Promise<void>;
 }
 
+type Log = pino.Logger;
+
 /** `migrate: false`: the schema is known to be current (a cluster worker; its primary migrated). */
 export async function startServer(config: Config, opts: { migrate?: boolean } = {}): Promise<Server> {
   // An unsafe access-control setting fails before anything starts (see src/auth/mode.ts).
   resolveAuthMode(config);
   const log = pino({ level: config.logLevel === 'silent' ? 'silent' : config.logLevel });
-  const { url: databaseUrl, embedded } = await configuredDatabase(config, log);
-  const { db, pool, sessions } = createDatabase({
-    url: databaseUrl,
-    poolSize: config.poolSize,
-    statementTimeoutMs: config.statementTimeoutMs,
-    preparedStatements: config.preparedStatements,
-    log,
-  });
-  // Feed reads on streaming standbys (src/feed/reads.ts): a pool per standby, closed with the primary's.
-  const standbys = config.readDatabaseUrls.map((url, i, all) => ({
-    // Two URLs of one server (e.g. different options) still get two names.
-    name:
-      all.findIndex((u) => standbyName(u) === standbyName(url)) === i
-        ? standbyName(url)
-        : `${standbyName(url)}#${i + 1}`,
-    db: createDatabase({
-      url,
-      poolSize: config.poolSize,
-      statementTimeoutMs: config.statementTimeoutMs,
-      preparedStatements: config.preparedStatements,
-      applicationName: 'commitfeed-read',
-      genericPlans: true,
-      log,
-    }).db,
-  }));
-  // The tailer's reads on the primary, one at a time, on their own connection planned generically
-  // (see genericPlans in src/db/database.ts). Named like the main pool's: it is the same service.
-  const tailDb = createDatabase({
-    url: databaseUrl,
-    poolSize: 1,
-    statementTimeoutMs: config.statementTimeoutMs,
-    preparedStatements: config.preparedStatements,
-    genericPlans: true,
-    log,
-  }).db;
-  const closeReadPools = () =>
-    Promise.all([tailDb, ...standbys.map((s) => s.db)].map((d) => d.destroy().catch(() => {})));
-  let feed: Feed | undefined;
-  let app: FastifyInstance | undefined;
-  let stopHorizonWatch: (() => void) | undefined;
-  let sampler: Sampler | undefined;
-  let follower: Follower | undefined;
-  let scheduler: Scheduler | undefined;
+  const running = new Running(log);
   try {
-    if (opts.migrate !== false) {
-      const applied = await migrate(db);
-      if (applied.length > 0) log.info({ applied }, 'migrations applied');
-    }
-    feed = new Feed({ ...config, db, tailDb, databaseUrl, ownSessions: sessions, standbys, log });
-    await feed.start();
-    // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
-    stopHorizonWatch = watchHorizon({ db, feed, log });
-    const queues = new Queues({ db, feed, batchMaxJobs: config.batchMaxEvents });
-    // Streams and cron schedules feeding queues: every replica may run them (FLOWS).
-    const f0 = feed;
-    follower = new Follower({
-      db,
-      feed,
-      pageSize: config.pageSize,
-      pollIntervalMs: config.pollIntervalMs,
-      log,
-    });
-    scheduler = new Scheduler({
-      db,
-      lateAfterMs: config.scheduleLateAfterMs,
-      onEnqueued: () => f0.tailer.wake(),
-      log,
-    });
-    if (config.flows) {
-      follower.start();
-      scheduler.start();
-    }
-    // One sampler per process feeds every open live page (src/ops/sampler.ts).
-    sampler = new Sampler({ db, feed, queues });
-    await sampler.start();
-    app = await buildApp({ config, db, feed, queues, follower, scheduler, pool, sampler });
-    const f = feed;
-    // Every request that reached the server before shutdown began gets its answer; later ones get
-    // 503 with Retry-After (and `connection: close`, so a client does not reuse a socket about to go).
-    let shuttingDown = false;
-    let inFlight = 0;
-    let idle: (() => void) | undefined;
-    app.addHook('onRequest', async (request, reply) => {
-      if (shuttingDown) {
-        // An EventSource takes any answer but 200 as final and never reconnects, where a dropped
-        // connection it retries (after `retry:`, with Last-Event-ID): a stream request that reached a
-        // kept-alive socket of a server on its way down (the browser reconnecting after the retry
-        // hint below) is dropped, not refused.
-        if (request.headers.accept?.includes('text/event-stream')) {
-          reply.hijack();
-          request.raw.socket.destroy();
-          return;
-        }
-        reply.header('retry-after', String(RETRY_AFTER_S)).header('connection', 'close');
-        return reply
-          .code(503)
-          .send(
-            errorBody(
-              503,
-              'shutting_down',
-              'this server is shutting down; retry (another replica, or here after restart)',
-            ),
-          );
-      }
-      inFlight++;
-      reply.raw.once('close', () => {
-        if (--inFlight === 0) idle?.();
-      });
-    });
-    app.addHook('onSend', async (_request, reply) => {
-      if (shuttingDown) reply.header('connection', 'close');
-    });
-    // preClose runs before the connections are dropped: long-poll claims and SSE streams never end on
-    // their own, so end them first (claims answer, SSE gets a retry hint); then wait for the requests
-    // in flight to be answered, and only then close the batcher (a publish that reaches it after it
-    // closed could only fail). Queues first: their enqueue wake-ups still reach a running feed.
-    app.addHook('preClose', async () => {
-      shuttingDown = true;
-      // No new connections from here (refused, which a client can tell). Only the listening socket
-      // closes: http's own close() would also drop idle keep-alive sockets now, resetting a request
-      // a client is sending on one at this moment; they get a 503 with `connection: close` instead,
-      // and Fastify drops what is left once preClose is done. (Its own close of the server later
-      // finds it closed already.)
-      net.Server.prototype.close.call(app!.server);
-      // Waiting claims answer now; the queue batchers close only after the drain below, so an enqueue
-      // or ack still in flight is written and answered rather than refused.
-      queues.releaseWaiters();
-      endSseStreams(app!, config.sseRetryMs);
-      f.endSubscribers(config.sseRetryMs);
-      // A follower step or a firing in progress finishes (or rolls back) before the pool closes.
-      await Promise.all([follower?.stop(), scheduler?.stop()]);
-      if (inFlight > 0) {
-        const waited = new Promise<void>((resolve) => {
-          idle = resolve;
-          setTimeout(resolve, DRAIN_MAX_MS).unref();
-        });
-        await waited;
-        if (inFlight > 0) log.warn({ inFlight }, 'shutdown: requests still in flight after the drain wait');
-      }
-      await queues.close();
-      await f.stop(config.sseRetryMs);
-    });
-    const url = await app.listen({ port: config.port, host: config.host });
+    const server = await startParts(config, opts, log, running);
     let closing: Promise<void> | undefined;
-    return {
-      app,
-      db,
-      feed,
-      queues,
-      follower,
-      scheduler,
-      sampler,
-      url,
-      databaseUrl,
-      close: () =>
-        (closing ??= (async () => {
-          shuttingDown = true;
-          stopHorizonWatch?.();
-          sampler?.stop();
-          await app!.close();
-          await db.destroy();
-          await closeReadPools();
-          await embedded?.stop();
-        })()),
-    };
+    return { ...server, close: () => (closing ??= running.stop()) };
   } catch (err) {
-    await Promise.all([follower?.stop(), scheduler?.stop()]).catch(() => {});
-    stopHorizonWatch?.();
-    sampler?.stop();
-    await app?.close().catch(() => {});
-    await feed?.stop(config.sseRetryMs).catch(() => {});
-    await db.destroy().catch(() => {});
-    await closeReadPools();
-    await embedded?.stop().catch(() => {});
+    await running.stop().catch(() => {});
     throw err;
   }
 }
 
-/** host:port/database of a connection URL: names a standby in logs and metrics without its password. */
-function standbyName(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.host}${u.pathname}`;
-  } catch {
-    return 'standby';
+async function startParts(
+  config: Config,
+  opts: { migrate?: boolean },
+  log: Log,
+  running: Running,
+): Promise<Omit<Server, 'close'>> {
+  const { url: databaseUrl, embedded } = await configuredDatabase(config, log);
+  if (embedded) running.add('embedded database', () => embedded.stop());
+  const pools = createPools(config, databaseUrl, log);
+  running.add('pools', () => pools.close());
+  const { db } = pools;
+  if (opts.migrate !== false) {
+    const applied = await migrate(db);
+    if (applied.length > 0) log.info({ applied }, 'migrations applied');
+  }
+  const { tailDb, sessions: ownSessions, standbys } = pools;
+  const feed = new Feed({ ...config, db, tailDb, databaseUrl, ownSessions, standbys, log });
+  running.add('feed', () => feed.stop(config.sseRetryMs));
+  await feed.start();
+  const janitor = buildJanitor(db, config, log);
+  running.add('janitor', () => janitor.stop());
+  janitor.start();
+  // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
+  running.add('horizon watch', watchHorizon({ db, feed, log }));
+  const queues = new Queues({ db, feed, batchMaxJobs: config.batchMaxEvents });
+  running.add('queues', () => queues.close());
+  // Streams and cron schedules feeding queues: every replica may run them (FLOWS).
+  const { pageSize, pollIntervalMs } = config;
+  const follower = new Follower({ db, feed, pageSize, pollIntervalMs, log });
+  const onEnqueued = () => feed.tailer.wake();
+  const scheduler = new Scheduler({ db, lateAfterMs: config.scheduleLateAfterMs, onEnqueued, log });
+  if (config.flows) {
+    running.add('follower', () => follower.stop());
+    follower.start();
+    running.add('scheduler', () => scheduler.stop());
+    scheduler.start();
+  }
+  // One sampler per process feeds every open live page (src/ops/sampler.ts).
+  const sampler = new Sampler({ db, feed, queues });
+  running.add('sampler', () => sampler.stop());
+  await sampler.start();
+  const deps = { config, db, feed, janitor, queues, follower, scheduler, pool: pools.pool, sampler };
+  const app = await buildApp(deps);
+  running.add('HTTP', () => app.close());
+  const url = await app.listen({ port: config.port, host: config.host });
+  return { ...deps, app, url, databaseUrl };
+}
+
+/**
+ * The janitor with every feature's retention task (the server and `npm run maint` both build it here).
+ * Order matters: queue history, schedule ticks, then the Mercure topic index, which follows the
+ * feed's drops of the same pass.
+ */
+export function buildJanitor(db: Kysely<Database>, config: Config, log: JanitorOptions['log']): Janitor {
+  return new Janitor(db, {
+    ...config,
+    tasks: [queueRetention(config), scheduleTickRetention(config.retentionMs), mercureTopicRetention],
+    onDrop: recordLostEvents,
+    log,
+  });
+}
+
+/** The parts started so far; stop() ends them in reverse, once each, and keeps going past a failure. */
+class Running {
+  private readonly parts: { name: string; stop: () => unknown }[] = [];
+  constructor(private readonly log: Log) {}
+
+  add(name: string, stop: () => unknown): void {
+    this.parts.push({ name, stop });
+  }
+
+  /** Rejects with the first failure, after every part was stopped. */
+  async stop(): Promise<void> {
+    let failed: unknown;
+    for (const part of this.parts.splice(0).reverse()) {
+      try {
+        await part.stop();
+      } catch (err) {
+        this.log.warn({ part: part.name, err: (err as Error).message }, 'shutdown: a part failed to stop');
+        failed ??= err;
+      }
+    }
+    if (failed !== undefined) throw failed;
   }
 }

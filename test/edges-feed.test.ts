@@ -154,7 +154,7 @@ t.test(
       10000,
       'A to read the old events into its window',
     );
-    const run = await b.feed.janitor.runOnce(new Date(Math.floor(Date.now() / DAY) * DAY + 2 * DAY));
+    const run = await b.janitor.runOnce(new Date(Math.floor(Date.now() / DAY) * DAY + 2 * DAY));
     t.ok(run.dropped.length >= 1, 'B dropped the partition holding them');
     for (const s of [a, b]) {
       const res = await fetch(`${s.url}/v1/streams/s/events?after=${old[0]}`);

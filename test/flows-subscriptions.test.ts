@@ -277,11 +277,11 @@ t.test('retention overtaking a paused subscription: the loss is reported, never 
   // A recent event that survives.
   t.equal((await publish(server.url, 'orders', { type: 'created', data: 'kept' })).status, 201);
 
-  const run = await server.feed.janitor.runOnce(new Date(todayUtc() + HOUR));
+  const run = await server.janitor.runOnce(new Date(todayUtc() + HOUR));
   t.same(run.dropped, ['feed_history']);
   t.same(run.errors, []);
   t.same(run.lost, [{ subscription: 's', events: 30 }], 'the janitor counts the followed events it dropped');
-  t.equal(server.feed.janitor.stats.lostEvents, 30);
+  t.equal(server.janitor.stats.lostEvents, 30);
 
   const status = (await api(server.url, 'GET', '/v1/subscriptions/s')).body;
   t.match(status, { lostEvents: 30, lastLoss: { events: 30, partition: 'feed_history' }, paused: true });
@@ -296,6 +296,6 @@ t.test('retention overtaking a paused subscription: the loss is reported, never 
     ['kept'],
   );
   // A caught-up subscription loses nothing to the next drop.
-  const again = await server.feed.janitor.runOnce(new Date(todayUtc() + HOUR));
+  const again = await server.janitor.runOnce(new Date(todayUtc() + HOUR));
   t.same(again.lost, []);
 });

@@ -91,7 +91,7 @@ t.test('a glob read behind retention gets the reset frame first, then what reten
   for (let i = 0; i < 2; i++)
     old.push((await publish(server.url, 'orders.eu', { data: `old ${i}` })).body.id);
   // The clock a retention past the end of today: today's partition (and all before it) is dropped.
-  const run = await server.feed.janitor.runOnce(new Date(todayUtc + 2 * DAY));
+  const run = await server.janitor.runOnce(new Date(todayUtc + 2 * DAY));
   t.ok(run.dropped.length >= 1, 'partitions dropped');
   await publish(server.url, 'orders.us', { data: 'new 0' });
   await publish(server.url, 'invoices', { data: 'not matched' });

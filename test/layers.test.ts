@@ -38,9 +38,7 @@ const APART = ['client'];
 const KNOWN: string[] = [
   'commit/batcher.ts -> feed/queries.ts',
   'commit/batcher.ts -> feed/event.ts',
-  'feed/feed.ts -> retention/janitor.ts',
   'feed/tailer.ts -> retention/partitions.ts',
-  'retention/janitor.ts -> flows/schedules.ts',
 ];
 
 function files(dir: string): string[] {
@@ -137,7 +135,6 @@ const MAX_FUNCTION_LINES = 80;
 const OVERSIZE = [
   'auth/tokens.ts',
   'client/client.ts',
-  'cluster/primary.ts',
   'feed/hub.ts',
   'feed/queries.ts',
   'feed/tailer.ts',
@@ -148,8 +145,6 @@ const OVERSIZE = [
   'queues/queues.ts',
   'queues/routes.ts',
   'queues/schemas.ts',
-  'retention/janitor.ts',
-  'server.ts',
   'streams/routes.ts',
 ];
 

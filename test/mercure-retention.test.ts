@@ -38,10 +38,10 @@ t.test(
       (await sql<{ n: number }>`select count(*)::int as n from commitfeed.mercure_topics`.execute(db)).rows[0]
         .n;
     t.equal(await count(), 3);
-    const run = await server.feed.janitor.runOnce(new Date(todayUtc() + 2 * DAY));
+    const run = await server.janitor.runOnce(new Date(todayUtc() + 2 * DAY));
     t.ok(run.dropped.length >= 1, 'partitions dropped');
     t.same(run.errors, []);
-    t.equal(run.mercureTopicsTrimmed, 3, 'the topic rows of dropped updates are deleted after the drop');
+    t.equal(run.trimmed.mercureTopics, 3, 'the topic rows of dropped updates are deleted after the drop');
     t.equal(await count(), 0);
     await post(server.url, [
       ['topic', 'urn:t'],

@@ -123,10 +123,10 @@ t.test('completed and cancelled jobs stay for JOB_RETENTION, then the janitor de
   const [c] = await claim(server.url, q);
   await ack(server.url, q, c.id, c.lease);
   await cancel(server.url, q, ids[2]);
-  let run = await server.feed.janitor.runOnce(new Date(Date.now() + 30_000));
-  t.equal(run.finishedJobsTrimmed, 0, 'within the retention: kept');
-  run = await server.feed.janitor.runOnce(new Date(Date.now() + 61_000));
-  t.equal(run.finishedJobsTrimmed, 2, 'past it: the completed and the cancelled job are deleted');
+  let run = await server.janitor.runOnce(new Date(Date.now() + 30_000));
+  t.equal(run.trimmed.finishedJobs, 0, 'within the retention: kept');
+  run = await server.janitor.runOnce(new Date(Date.now() + 61_000));
+  t.equal(run.trimmed.finishedJobs, 2, 'past it: the completed and the cancelled job are deleted');
   t.same(
     (await jobRows(db)).map((r) => [r.id, r.state]),
     [[ids[1], 'ready']],

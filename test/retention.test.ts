@@ -58,7 +58,7 @@ t.test('partitions roll ahead of the clock and are dropped exactly at the retent
   );
 
   // The clock at day 3, 00:30: partitions continue hourly after day 2, three hours ahead of the clock.
-  const janitor = server.feed.janitor;
+  const janitor = server.janitor;
   let run = await janitor.runOnce(new Date(d0 + 3 * DAY + 30 * 60_000));
   t.ok(run.ran);
   t.same(run.errors, []);
@@ -94,7 +94,7 @@ t.test(
     const old = [];
     for (let i = 0; i < 3; i++) old.push((await publish(server.url, 's', { data: `old ${i}` })).body.id);
     // The clock a retention past the end of today: today's partition (and all before it) is dropped.
-    const run = await server.feed.janitor.runOnce(new Date(todayUtc() + 2 * DAY));
+    const run = await server.janitor.runOnce(new Date(todayUtc() + 2 * DAY));
     t.ok(run.dropped.length >= 2);
     const kept = [];
     for (let i = 0; i < 2; i++) kept.push((await publish(server.url, 's', { data: `new ${i}` })).body.id);
@@ -169,7 +169,7 @@ t.test('two janitors at once: one does the work, nothing breaks', async (t) => {
   let ran = 0;
   for (let i = 0; i < 6; i++) {
     const now = new Date(start + i * HOUR);
-    const runs = await Promise.all([a.feed.janitor.runOnce(now), b.feed.janitor.runOnce(now)]);
+    const runs = await Promise.all([a.janitor.runOnce(now), b.janitor.runOnce(now)]);
     for (const r of runs) t.same(r.errors, [], 'no errors');
     ran += runs.filter((r) => r.ran).length;
   }
@@ -178,7 +178,7 @@ t.test('two janitors at once: one does the work, nothing breaks', async (t) => {
   const held = await sql<{ ok: boolean }>`select pg_try_advisory_lock(hashtext('commitfeed.janitor')) as ok`;
   await db.connection().execute(async (conn) => {
     t.ok((await held.execute(conn)).rows[0].ok);
-    const runs = await Promise.all([a.feed.janitor.runOnce(), b.feed.janitor.runOnce()]);
+    const runs = await Promise.all([a.janitor.runOnce(), b.janitor.runOnce()]);
     t.same(
       runs.map((r) => r.ran),
       [false, false],
@@ -222,7 +222,7 @@ t.test('publishing while a partition is being dropped loses nothing', async (t) 
   await sleep(300);
   // Clock: an hour after today began, so exactly feed_history (ending today, 00:00) is too old.
   const t0 = Date.now();
-  const run = await server.feed.janitor.runOnce(new Date(todayUtc() + HOUR));
+  const run = await server.janitor.runOnce(new Date(todayUtc() + HOUR));
   t.comment(`drop took ${Date.now() - t0} ms, ${acked.length} publishes acknowledged by then`);
   await sleep(300);
   stop = true;
@@ -259,7 +259,7 @@ t.test(
     const dbUrl = await testDatabase(t);
     const server = await startTestServer(t, dbUrl, retention({ partitionPremake: 24 }));
     const db = sqlClient(t, dbUrl);
-    await server.feed.janitor.runOnce(new Date(todayUtc() + 3 * DAY));
+    await server.janitor.runOnce(new Date(todayUtc() + 3 * DAY));
     // 24 hourly partitions ahead plus the daily ones, 10,000 rows in each of the newest dozen.
     for (let h = 0; h < 12; h++) {
       const at = new Date(todayUtc() + 3 * DAY + h * HOUR).toISOString();
@@ -357,7 +357,7 @@ t.test('the janitor ANALYZEs partitions whose rows changed a lot since their sta
   const server = await startTestServer(t, dbUrl, retention());
   const db = sqlClient(t, dbUrl);
   const now = new Date(todayUtc() + 3 * DAY);
-  await server.feed.janitor.runOnce(now);
+  await server.janitor.runOnce(now);
   const part = partitionName(new Date(todayUtc() + 3 * DAY));
   // Autovacuum, where it runs, would analyze it first: the test is about what happens without it.
   await sql`alter table ${sql.id('commitfeed', part)} set (autovacuum_enabled = off)`.execute(db);
@@ -372,13 +372,13 @@ t.test('the janitor ANALYZEs partitions whose rows changed a lot since their sta
     if (Number(rows[0].n) >= 5000) break;
     await sleep(100);
   }
-  let run = await server.feed.janitor.runOnce(now);
+  let run = await server.janitor.runOnce(now);
   t.ok(run.analyzed.includes(`commitfeed.${part}`), `${part} analysed (${run.analyzed.join(', ')})`);
   const { rows } = await sql<{ analyzed: boolean }>`
     select last_analyze is not null as analyzed from pg_stat_user_tables
     where schemaname = 'commitfeed' and relname = ${part}`.execute(db);
   t.ok(rows[0].analyzed, 'PostgreSQL records the analyze');
-  run = await server.feed.janitor.runOnce(now);
+  run = await server.janitor.runOnce(now);
   t.notOk(run.analyzed.includes(`commitfeed.${part}`), 'not again while nothing changed');
 });
 
@@ -387,7 +387,7 @@ t.test("the janitor's frequent check ANALYZEs a fresh partition each time it dou
   const server = await startTestServer(t, dbUrl, retention());
   const db = sqlClient(t, dbUrl);
   const now = new Date(todayUtc() + 3 * DAY);
-  await server.feed.janitor.runOnce(now);
+  await server.janitor.runOnce(now);
   const part = partitionName(now);
   const name = `commitfeed.${part}`;
   await sql`alter table ${sql.id('commitfeed', part)} set (autovacuum_enabled = off)`.execute(db);

@@ -1,6 +1,6 @@
 /**
  * Operator command: `npm run maint -- run` does one maintenance pass now (partitions ahead, drops past
- * RETENTION, key and dead-job trimming; skipped if another instance is doing one), `npm run maint --
+ * RETENTION, key, job, schedule-tick and Mercure topic trimming; skipped if another instance is doing one), `npm run maint --
  * stats` prints feed statistics as JSON. Uses DATABASE_URL and the same settings as the server
  * (environment or .env); migrations are applied first, as at start-up.
  */
@@ -8,8 +8,8 @@ import pino from 'pino';
 import { loadConfig, loadDotEnv } from '../config/config.ts';
 import { createDatabase } from '../db/database.ts';
 import { migrate } from '../db/migrate.ts';
-import { Janitor } from '../retention/janitor.ts';
 import { feedStats } from '../retention/partitions.ts';
+import { buildJanitor } from '../server.ts';
 
 loadDotEnv();
 const config = loadConfig();
@@ -34,7 +34,7 @@ const { db } = createDatabase({
 try {
   await migrate(db);
   if (command === 'run') {
-    const run = await new Janitor(db, { ...config, janitorIntervalMs: 0, log }).runOnce();
+    const run = await buildJanitor(db, { ...config, janitorIntervalMs: 0 }, log).runOnce();
     console.log(JSON.stringify(run, null, 2));
     if (!run.ran) console.error('another instance is doing maintenance right now; nothing done');
     process.exitCode = run.errors.length > 0 ? 1 : 0;

@@ -9,7 +9,6 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import { Batcher } from '../commit/batcher.ts';
 import { Hub } from './hub.ts';
-import { Janitor } from '../retention/janitor.ts';
 import type { FeedEvent } from './event.ts';
 import { Listener } from './listener.ts';
 import { OwnWrites } from './own-writes.ts';
@@ -35,15 +34,6 @@ export interface FeedOptions {
   heartbeatMs: number;
   sseRetryMs: number;
   slowSubscriberMaxMs?: number;
-  /** Retention (src/config/; the server passes the whole config). Without janitorIntervalMs the
-   * janitor never runs on its own. */
-  retentionMs?: number;
-  jobRetentionMs?: number;
-  partitionIntervalMs?: number;
-  partitionPremake?: number;
-  dedupWindowMs?: number;
-  janitorIntervalMs?: number;
-  janitorLockTimeoutMs?: number;
   /** Streaming standbys for the tailer's and catch-up reads (READ_DATABASE_URL; see reads.ts). */
   standbys?: readonly StandbyDb[];
   /** READ_LAG_WAIT: how long a read waits for a standby's replay before going to the primary. */
@@ -58,7 +48,6 @@ export class Feed {
   readonly tailer: Tailer;
   readonly hub: Hub;
   readonly listener: Listener;
-  readonly janitor: Janitor;
   readonly reads: FeedReads;
   /** This process's commits the tailer has not yet read past (see own-writes.ts). */
   readonly own: OwnWrites;
@@ -103,17 +92,6 @@ export class Feed {
       write: (db, events) => appendCheckedEvents(db, events, this.own),
       onCommit: () => this.tailer.wake(),
     });
-    const day = 86_400_000;
-    this.janitor = new Janitor(opts.db, {
-      retentionMs: opts.retentionMs ?? 7 * day,
-      jobRetentionMs: opts.jobRetentionMs ?? 600_000,
-      partitionIntervalMs: opts.partitionIntervalMs ?? day,
-      partitionPremake: opts.partitionPremake ?? 3,
-      dedupWindowMs: opts.dedupWindowMs ?? 7 * day,
-      janitorIntervalMs: opts.janitorIntervalMs ?? 0,
-      janitorLockTimeoutMs: opts.janitorLockTimeoutMs ?? 1000,
-      log: opts.log,
-    });
     this.listener = new Listener({
       url: opts.databaseUrl,
       onNotify: () => this.tailer.wake(),
@@ -132,7 +110,6 @@ export class Feed {
     await this.reads.start();
     await this.tailer.start();
     await this.listener.start();
-    this.janitor.start();
   }
 
   /** Ends SSE subscribers with `retry:` hints and releases long-polls (the first step of shutdown). */
@@ -147,6 +124,5 @@ export class Feed {
     this.tailer.stop();
     this.reads.stop();
     await this.listener.stop();
-    await this.janitor.stop();
   }
 }

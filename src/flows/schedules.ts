@@ -14,6 +14,7 @@ import { type Kysely, sql } from 'kysely';
 import type { Database, Db } from '../db/database.ts';
 import { ApiError } from '../errors.ts';
 import { type JobInput, enqueueJobs } from '../queues/enqueue.ts';
+import type { JanitorTask } from '../retention/janitor.ts';
 
 export const CATCH_UP = ['none', 'last', 'all'] as const;
 export type CatchUp = (typeof CATCH_UP)[number];
@@ -277,6 +278,16 @@ export async function fireSchedule(
       where name = ${name}`.execute(trx);
     return results.length;
   });
+}
+
+/** The janitor's schedule step: tick records past RETENTION. */
+export function scheduleTickRetention(retentionMs: number): JanitorTask {
+  return {
+    name: 'schedules',
+    run: async (db, now) => ({
+      scheduleTicks: await trimScheduleTicks(db, new Date(now.getTime() - retentionMs)),
+    }),
+  };
 }
 
 /** Deletes tick records older than `before` (the schedule's progress, not these, prevents repeats). */

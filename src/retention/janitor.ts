@@ -1,12 +1,13 @@
 /**
  * The janitor: keeps the feed's partitions created ahead of the clock, drops whole partitions once
- * they are older than the retention (raising the trim mark, and counting the events stream
- * subscriptions had not reached, in the same transaction), trims idempotency keys past the dedup
- * window and dead queue jobs and schedule ticks past the retention — never with a DELETE storm on a
- * hot table — and ANALYZEs tables whose rows changed a lot (where autovacuum is
- * off, nothing else keeps the planner's statistics current).
+ * they are older than the retention (raising the trim mark, and letting the drop hook count what
+ * readers had not reached, in the same transaction), trims idempotency keys past the dedup window,
+ * runs the tasks the features hand it (their own tables' history: dead and finished jobs, schedule
+ * ticks, the Mercure topic index; see JanitorTask) — never with a DELETE storm on a hot table — and
+ * ANALYZEs tables whose rows changed a lot (where autovacuum is off, nothing else keeps the
+ * planner's statistics current).
  *
- * Lifecycle: one per process, started with the feed. Every `janitorIntervalMs` (and once at start) it
+ * Lifecycle: one per process, built and started by the server (src/server.ts) after the feed. Every `janitorIntervalMs` (and once at start) it
  * tries a session advisory lock on a connection of its own: exactly one instance does maintenance at
  * a time, the others skip that run (`stats.skipped`). `runOnce()` does one pass now (the operator
  * command and tests call it, with a `now` of their choosing). Between runs, every 10 s, a statistics
@@ -23,7 +24,10 @@ import { hostname } from 'node:os';
 import { type Kysely, sql } from 'kysely';
 import type { Config } from '../config/config.ts';
 import type { Database } from '../db/database.ts';
+import type { Db } from '../db/database.ts';
 import {
+  type DropHook,
+  type Loss,
   analyzeChanged,
   createPartition,
   dropPartition,
@@ -32,10 +36,18 @@ import {
   trimDefaultPartition,
   trimKeys,
 } from './partitions.ts';
-import type { Loss } from './subscription-loss.ts';
-import { trimScheduleTicks } from '../flows/schedules.ts';
-import { trimDeadJobs, trimFinishedJobs } from './dead-jobs.ts';
-import { trimMercureTopics } from './mercure-topics.ts';
+
+/**
+ * Work a feature hands the janitor: run every pass, in order, under the janitor's lock and on its
+ * connection, after the feed's own steps (so it sees this pass's drops and the raised trim mark).
+ * A task that throws is logged and recorded as its step's error; the next pass retries.
+ */
+export interface JanitorTask {
+  /** The step's name in errors and logs. */
+  name: string;
+  /** Returns what it trimmed, counted by name (the run's `trimmed` and janitor_runs' summary). */
+  run(db: Db, now: Date): Promise<Record<string, number>>;
+}
 
 /** The retention settings (documented in src/config/retention.ts); janitorIntervalMs 0: no timer, runOnce only. */
 export interface JanitorOptions
@@ -50,6 +62,10 @@ export interface JanitorOptions
     | 'janitorLockTimeoutMs'
   > {
   log: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
+  /** The features' steps (see JanitorTask). */
+  tasks?: readonly JanitorTask[];
+  /** Runs in the transaction that drops feed rows (see DropHook); its losses are counted and logged. */
+  onDrop?: DropHook;
   /** The clock (tests move it instead of sleeping for days). */
   now?: () => Date;
 }
@@ -60,14 +76,13 @@ export interface JanitorRun {
   created: string[];
   dropped: string[];
   defaultRowsTrimmed: number;
-  keysTrimmed: number;
-  deadJobsTrimmed: number;
+  /**
+   * Rows deleted, by name: `keys` (idempotency keys past DEDUP_WINDOW) and each task's counts
+   * (`deadJobs`, `finishedJobs`, `scheduleTicks`, `mercureTopics`).
+   */
+  trimmed: Record<string, number>;
   /** Events dropped before a stream subscription turned them into jobs, per subscription. */
   lost: Loss[];
-  /** Completed and cancelled jobs past JOB_RETENTION. */
-  finishedJobsTrimmed: number;
-  /** Mercure topic index rows deleted (their updates were dropped by retention). */
-  mercureTopicsTrimmed: number;
   /** Tables ANALYZEd because their rows changed a lot since their statistics were taken. */
   analyzed: string[];
   errors: string[];
@@ -171,11 +186,8 @@ export class Janitor {
       created: [],
       dropped: [],
       defaultRowsTrimmed: 0,
-      keysTrimmed: 0,
-      deadJobsTrimmed: 0,
+      trimmed: {},
       lost: [],
-      finishedJobsTrimmed: 0,
-      mercureTopicsTrimmed: 0,
       analyzed: [],
       errors: [],
       durationMs: 0,
@@ -189,71 +201,63 @@ export class Janitor {
       }
       run.ran = true;
       try {
-        await this.step(run, 'partitions', () => this.ensurePartitions(conn, now, run));
-        await this.step(run, 'retention', () => this.dropExpired(conn, now, run));
-        const dedupBefore = new Date(now.getTime() - this.opts.dedupWindowMs);
-        await this.step(run, 'keys', async () => {
-          run.keysTrimmed = await trimKeys(conn, dedupBefore);
-        });
-        const before = new Date(now.getTime() - this.opts.retentionMs);
-        await this.step(run, 'queues', async () => {
-          run.deadJobsTrimmed = await trimDeadJobs(conn, before);
-          await trimScheduleTicks(conn, before);
-          run.finishedJobsTrimmed = await trimFinishedJobs(
-            conn,
-            new Date(now.getTime() - this.opts.jobRetentionMs),
-          );
-        });
-        await this.step(run, 'mercure', async () => {
-          run.mercureTopicsTrimmed = await trimMercureTopics(conn);
-        });
-        await this.step(run, 'statistics', async () => {
-          run.analyzed = await analyzeChanged(conn);
-        });
+        await this.steps(conn, now, run);
         run.durationMs = Date.now() - started;
-        await sql`
-          insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
-          values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
-                  ${run.errors.length > 0 ? run.errors.join('; ') : null},
-                  ${JSON.stringify({ created: run.created, dropped: run.dropped, keys: run.keysTrimmed, deadJobs: run.deadJobsTrimmed, finishedJobs: run.finishedJobsTrimmed, mercureTopics: run.mercureTopicsTrimmed, analyzed: run.analyzed })}::jsonb)
-          on conflict (singleton) do update set started_at = excluded.started_at,
-            duration_ms = excluded.duration_ms, instance = excluded.instance, error = excluded.error,
-            summary = excluded.summary`
-          .execute(conn)
-          .catch((err: Error) => run.errors.push(`record: ${err.message}`));
+        await record(conn, started, run).catch((err: Error) => run.errors.push(`record: ${err.message}`));
       } finally {
         await sql`select pg_advisory_unlock(hashtext(${LOCK_KEY}))`.execute(conn).catch(() => {});
       }
     });
     run.durationMs = Date.now() - started;
-    if (run.ran) {
-      this.stats.runs++;
-      this.stats.lastRunAt = started;
-      this.stats.lastDurationMs = run.durationMs;
-      this.stats.created += run.created.length;
-      this.stats.dropped += run.dropped.length;
-      this.stats.errors += run.errors.length;
-      for (const l of run.lost) {
-        this.stats.lostEvents += l.events;
-        this.opts.log.warn(
-          { subscription: l.subscription, events: l.events },
-          'retention dropped events before this stream subscription turned them into jobs (counted in its lostEvents)',
-        );
-      }
-      if (run.created.length + run.dropped.length + run.analyzed.length > 0 || run.errors.length > 0) {
-        this.opts.log.info(
-          {
-            created: run.created,
-            dropped: run.dropped,
-            analyzed: run.analyzed,
-            errors: run.errors,
-            ms: run.durationMs,
-          },
-          'feed maintenance',
-        );
-      }
-    }
+    if (run.ran) this.report(started, run);
     return run;
+  }
+
+  /** The pass's steps in order: the feed's own, then the features' tasks, then statistics. */
+  private async steps(conn: Kysely<Database>, now: Date, run: JanitorRun): Promise<void> {
+    await this.step(run, 'partitions', () => this.ensurePartitions(conn, now, run));
+    await this.step(run, 'retention', () => this.dropExpired(conn, now, run));
+    const dedupBefore = new Date(now.getTime() - this.opts.dedupWindowMs);
+    await this.step(run, 'keys', async () => {
+      run.trimmed.keys = await trimKeys(conn, dedupBefore);
+    });
+    for (const task of this.opts.tasks ?? []) {
+      await this.step(run, task.name, async () => {
+        Object.assign(run.trimmed, await task.run(conn, now));
+      });
+    }
+    await this.step(run, 'statistics', async () => {
+      run.analyzed = await analyzeChanged(conn);
+    });
+  }
+
+  /** A pass this process did: its stats (for /metrics) and its log lines. */
+  private report(started: number, run: JanitorRun): void {
+    this.stats.runs++;
+    this.stats.lastRunAt = started;
+    this.stats.lastDurationMs = run.durationMs;
+    this.stats.created += run.created.length;
+    this.stats.dropped += run.dropped.length;
+    this.stats.errors += run.errors.length;
+    for (const l of run.lost) {
+      this.stats.lostEvents += l.events;
+      this.opts.log.warn(
+        { subscription: l.subscription, events: l.events },
+        'retention dropped events before this stream subscription turned them into jobs (counted in its lostEvents)',
+      );
+    }
+    if (run.created.length + run.dropped.length + run.analyzed.length > 0 || run.errors.length > 0) {
+      this.opts.log.info(
+        {
+          created: run.created,
+          dropped: run.dropped,
+          analyzed: run.analyzed,
+          errors: run.errors,
+          ms: run.durationMs,
+        },
+        'feed maintenance',
+      );
+    }
   }
 
   private async step(run: JanitorRun, name: string, fn: () => Promise<void>): Promise<void> {
@@ -294,12 +298,24 @@ export class Janitor {
     for (const p of await listPartitions(db)) {
       if (p.isDefault || p.to === null || p.to > before) continue;
       const lost: Loss[] = [];
-      await dropPartition(db, p, this.opts.janitorLockTimeoutMs, lost);
+      await dropPartition(db, p, this.opts.janitorLockTimeoutMs, this.opts.onDrop, lost);
       run.dropped.push(p.name);
       run.lost.push(...lost);
     }
     const lost: Loss[] = [];
-    run.defaultRowsTrimmed = await trimDefaultPartition(db, new Date(before), lost);
+    run.defaultRowsTrimmed = await trimDefaultPartition(db, new Date(before), this.opts.onDrop, lost);
     run.lost.push(...lost);
   }
+}
+
+/** The last run, for every instance to read (feedStats, /metrics, `npm run maint -- stats`). */
+async function record(conn: Kysely<Database>, started: number, run: JanitorRun): Promise<void> {
+  const summary = { created: run.created, dropped: run.dropped, ...run.trimmed, analyzed: run.analyzed };
+  await sql`
+    insert into commitfeed.janitor_runs (started_at, duration_ms, instance, error, summary)
+    values (${new Date(started).toISOString()}::timestamptz, ${run.durationMs}, ${`${hostname()}:${process.pid}`},
+            ${run.errors.length > 0 ? run.errors.join('; ') : null}, ${JSON.stringify(summary)}::jsonb)
+    on conflict (singleton) do update set started_at = excluded.started_at,
+      duration_ms = excluded.duration_ms, instance = excluded.instance, error = excluded.error,
+      summary = excluded.summary`.execute(conn);
 }

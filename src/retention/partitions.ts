@@ -6,10 +6,22 @@
  * UTC lower bound (`feed_p20260102_000000`); `feed_history` holds rows that predate partitioning and
  * `feed_default` catches rows no partition covers (only if the janitor fell behind).
  */
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { type Cursor, START } from '../feed/cursor.ts';
-import { type Loss, recordLostEvents } from './subscription-loss.ts';
+
+/** Events a reader of the feed (a stream subscription) had not reached when retention dropped them. */
+export interface Loss {
+  subscription: string;
+  events: number;
+}
+
+/**
+ * Called inside the transaction that drops or deletes feed rows, before it does: `rows` is a subquery
+ * of those rows (stream, type, txid, id), `where` names them (a partition). Returns who lost what.
+ * The flows supply it (src/flows/losses.ts): retention itself knows no reader of the feed.
+ */
+export type DropHook = (trx: Db, rows: RawBuilder<unknown>, where: string) => Promise<Loss[]>;
 
 export interface Partition {
   name: string;
@@ -94,13 +106,14 @@ export async function createPartition(db: Db, from: Date, to: Date, lockTimeoutM
  * EXCLUSIVE lock on the feed for the few milliseconds of the drop; it is taken first (the order every
  * reader and writer uses: parent, then partitions) and waits at most `lockTimeoutMs` — publishes
  * queue behind it meanwhile, then proceed; on timeout nothing changes and the next run tries again.
- * Returns the partition's highest cursor (null when it was empty). Events a stream subscription had
- * not yet turned into jobs are counted on it in the same transaction and added to `lost`.
+ * Returns the partition's highest cursor (null when it was empty). `onDrop` (see DropHook) runs in the
+ * same transaction before the drop; its losses are added to `lost`.
  */
 export async function dropPartition(
   db: Db,
   part: Pick<Partition, 'name' | 'to'>,
   lockTimeoutMs: number,
+  onDrop?: DropHook,
   lost: Loss[] = [],
 ): Promise<Cursor | null> {
   const table = sql.id('commitfeed', part.name);
@@ -114,11 +127,9 @@ export async function dropPartition(
       order by p.txid desc, p.id desc limit 1`.execute(trx);
     const top = rows[0] ? { txid: Number(rows[0].txid), id: Number(rows[0].id) } : null;
     await raiseTrimMark(trx, top, part.to === null ? null : new Date(part.to));
-    // Subscriptions that had not reached some of these rows: reported, never skipped in silence.
-    if (top !== null) {
-      lost.push(
-        ...(await recordLostEvents(trx, sql`select stream, type, txid, id from ${table}`, part.name)),
-      );
+    // Readers that had not reached some of these rows: reported, never skipped in silence.
+    if (top !== null && onDrop) {
+      lost.push(...(await onDrop(trx, sql`select stream, type, txid, id from ${table}`, part.name)));
     }
     await sql`drop table ${table}`.execute(trx);
     return top;
@@ -128,18 +139,20 @@ export async function dropPartition(
 /**
  * Deletes rows older than `before` from the default partition (rows only land there when the janitor
  * fell behind, so this is a small, rare DELETE), raising the trim mark in the same transaction.
- * Subscriptions' losses are added to `lost` (see dropPartition).
+ * `onDrop`'s losses are added to `lost` (see dropPartition).
  */
-export async function trimDefaultPartition(db: Db, before: Date, lost: Loss[] = []): Promise<number> {
+export async function trimDefaultPartition(
+  db: Db,
+  before: Date,
+  onDrop?: DropHook,
+  lost: Loss[] = [],
+): Promise<number> {
   return db.transaction().execute(async (trx) => {
-    lost.push(
-      ...(await recordLostEvents(
-        trx,
-        sql`select stream, type, txid, id from commitfeed.feed_default
-            where created_at < ${before.toISOString()}::timestamptz`,
-        'feed_default',
-      )),
-    );
+    if (onDrop) {
+      const rows = sql`select stream, type, txid, id from commitfeed.feed_default
+                       where created_at < ${before.toISOString()}::timestamptz`;
+      lost.push(...(await onDrop(trx, rows, 'feed_default')));
+    }
     const { rows } = await sql<{ n: string; txid: string | null; id: string | null }>`
       with d as (
         delete from commitfeed.feed_default where created_at < ${before.toISOString()}::timestamptz

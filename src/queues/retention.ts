@@ -1,5 +1,5 @@
 /**
- * Queue history retention, for the janitor. Two kinds of job history grow in the jobs table: dead
+ * Queue history retention, a task the janitor runs (queueRetention below). Two kinds of job history grow in the jobs table: dead
  * jobs (out of attempts, kept for inspection and redrive) and finished ones (completed or cancelled,
  * kept so their status and result can be read). Each is deleted once older than its retention —
  * `dead_at` against RETENTION, `finished_at` against JOB_RETENTION — in small batches keyed by a
@@ -8,7 +8,20 @@
  * claim. Their queue wake-up rows live in the feed and go with its partitions.
  */
 import { type RawBuilder, sql } from 'kysely';
+import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
+import type { JanitorTask } from '../retention/janitor.ts';
+
+/** The janitor's queue step: dead jobs past RETENTION, completed and cancelled ones past JOB_RETENTION. */
+export function queueRetention(opts: Pick<Config, 'retentionMs' | 'jobRetentionMs'>): JanitorTask {
+  return {
+    name: 'queues',
+    run: async (db, now) => ({
+      deadJobs: await trimDeadJobs(db, new Date(now.getTime() - opts.retentionMs)),
+      finishedJobs: await trimFinishedJobs(db, new Date(now.getTime() - opts.jobRetentionMs)),
+    }),
+  };
+}
 
 type Condition = (alias: 'd' | 'j') => RawBuilder<unknown>;
 

@@ -7,6 +7,13 @@
  */
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
+import type { JanitorTask } from '../retention/janitor.ts';
+
+/** The janitor's Mercure step: it runs after the feed's drops of the same pass, as it must. */
+export const mercureTopicRetention: JanitorTask = {
+  name: 'mercure',
+  run: async (db) => ({ mercureTopics: await trimMercureTopics(db) }),
+};
 
 /** Deletes topic rows at or below the trim mark; returns how many. */
 export async function trimMercureTopics(db: Db, batch = 5000, maxBatches = 100): Promise<number> {

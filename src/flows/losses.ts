@@ -4,19 +4,15 @@
  * count lands on the subscription (`lost_events`, `last_loss`: its status over HTTP and /metrics) and
  * the janitor logs it.
  *
- * Called by dropPartition and trimDefaultPartition before their drop or delete, inside their
- * transaction. The subscription rows are locked first, in a statement of their own, so the count
+ * The janitor's drop hook (DropHook in src/retention/partitions.ts): dropPartition and
+ * trimDefaultPartition call it before their drop or delete, inside their transaction. The subscription rows are locked first, in a statement of their own, so the count
  * (the next statement, a fresh snapshot) sees every cursor a follower step committed meanwhile: an
  * event that became a job is not reported lost. Lock order is the follower's: the feed, then the
  * subscription rows.
  */
 import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-
-export interface Loss {
-  subscription: string;
-  events: number;
-}
+import type { Loss } from '../retention/partitions.ts';
 
 /**
  * Counts, per subscription, the rows of `rows` (a subquery of feed rows with stream, type, txid, id)

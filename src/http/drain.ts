@@ -1,0 +1,75 @@
+/**
+ * Shutdown's HTTP side: every request that reached the server before shutdown began gets its answer;
+ * later ones get 503 with Retry-After (and `connection: close`, so a client does not reuse a socket
+ * about to go).
+ *
+ * Lifecycle: installed once on the app (src/app.ts). app.close() runs its preClose hook first, before
+ * Fastify drops the connections: it stops accepting, calls `release` (the requests that never end on
+ * their own — long-poll claims and reads — answer now), ends every SSE stream with a retry hint
+ * (endSseStreams), then waits up to DRAIN_MAX_MS for the requests in flight. What a request needs
+ * to finish (the batchers, the pools) is stopped only after app.close() returns (src/server.ts stops
+ * its parts in reverse order, the app first). A request still in flight after the wait is logged
+ * and dropped with its connection.
+ */
+import net from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { RETRY_AFTER_S } from '../errors.ts';
+import { errorBody } from './errors.ts';
+import { endSseStreams } from './sse.ts';
+
+/** Longest wait at shutdown for requests in flight to be answered before connections are dropped. */
+const DRAIN_MAX_MS = 10_000;
+
+export function installDrain(app: FastifyInstance, opts: { retryMs: number; release: () => void }): void {
+  let shuttingDown = false;
+  let inFlight = 0;
+  let idle: (() => void) | undefined;
+  app.addHook('onRequest', async (request, reply) => {
+    if (shuttingDown) {
+      // An EventSource takes any answer but 200 as final and never reconnects, where a dropped
+      // connection it retries (after `retry:`, with Last-Event-ID): a stream request that reached a
+      // kept-alive socket of a server on its way down (the browser reconnecting after the retry
+      // hint) is dropped, not refused.
+      if (request.headers.accept?.includes('text/event-stream')) {
+        reply.hijack();
+        request.raw.socket.destroy();
+        return;
+      }
+      reply.header('retry-after', String(RETRY_AFTER_S)).header('connection', 'close');
+      return reply
+        .code(503)
+        .send(
+          errorBody(
+            503,
+            'shutting_down',
+            'this server is shutting down; retry (another replica, or here after restart)',
+          ),
+        );
+    }
+    inFlight++;
+    reply.raw.once('close', () => {
+      if (--inFlight === 0) idle?.();
+    });
+  });
+  app.addHook('onSend', async (_request, reply) => {
+    if (shuttingDown) reply.header('connection', 'close');
+  });
+  app.addHook('preClose', async () => {
+    shuttingDown = true;
+    // No new connections from here (refused, which a client can tell). Only the listening socket
+    // closes: http's own close() would also drop idle keep-alive sockets now, resetting a request
+    // a client is sending on one at this moment; they get a 503 with `connection: close` instead,
+    // and Fastify drops what is left once preClose is done. (Its own close of the server later
+    // finds it closed already.)
+    if (app.server.listening) net.Server.prototype.close.call(app.server);
+    opts.release();
+    endSseStreams(app, opts.retryMs);
+    if (inFlight > 0) {
+      await new Promise<void>((resolve) => {
+        idle = resolve;
+        setTimeout(resolve, DRAIN_MAX_MS).unref();
+      });
+      if (inFlight > 0) app.log.warn({ inFlight }, 'shutdown: requests still in flight after the drain wait');
+    }
+  });
+}
