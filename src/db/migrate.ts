@@ -17,11 +17,8 @@ import { CompiledQuery, type Kysely, type Migration, type MigrationProvider, Mig
 import { SCHEMA } from './database.ts';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
-/** src/sql beside this file; from a build (dist/src/db), the sources' src/sql (tsc copies no .sql). */
-const SQL_DIRS = [
-  fileURLToPath(new URL('../sql/', import.meta.url)),
-  fileURLToPath(new URL('../../../src/sql/', import.meta.url)),
-];
+/** src/sql beside this file; in a build, dist/src/sql (`npm run build` copies it: tsc copies no .sql). */
+const SQL_DIR = fileURLToPath(new URL('../sql/', import.meta.url));
 /** Applied in this order: each function only calls those before it. */
 export const SQL_FUNCTIONS = [
   'invalid-name',
@@ -56,14 +53,12 @@ class FolderProvider implements MigrationProvider {
 
 /** The text of src/sql/<name>.sql. */
 export async function functionSource(name: string): Promise<string> {
-  for (const dir of SQL_DIRS) {
-    try {
-      return await readFile(path.join(dir, `${name}.sql`), 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    }
+  try {
+    return await readFile(path.join(SQL_DIR, `${name}.sql`), 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    throw new Error(`SQL function source ${name}.sql not found in ${SQL_DIR} (a build copies src/sql there)`);
   }
-  throw new Error(`SQL function source ${name}.sql not found in ${SQL_DIRS.join(' or ')}`);
 }
 
 /**
