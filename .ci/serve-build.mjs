@@ -54,7 +54,8 @@ try {
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ type: 'checked', data: { ok: true } }),
   });
-  if (published.status !== 201) throw new Error(`publish answered ${published.status}: ${await published.text()}`);
+  if (published.status !== 201)
+    throw new Error(`publish answered ${published.status}: ${await published.text()}`);
   const read = await until('the event in the stream', 10_000, async () => {
     const r = await fetch(`${base}/v1/streams/build-check/events?from=earliest`, {
       headers: { accept: 'application/json' },
@@ -69,7 +70,9 @@ try {
     new Promise((_, reject) => setTimeout(() => reject(new Error('no exit 20 s after SIGTERM')), 20_000)),
   ]);
   if (code !== 0) throw new Error(`exited with ${code ?? signal} after SIGTERM`);
-  console.log(`the build serves: node dist/src/main.js published and read an event, stopped cleanly (${Date.now() - t0} ms)`);
+  console.log(
+    `the build serves: node dist/src/main.js published and read an event, stopped cleanly (${Date.now() - t0} ms)`,
+  );
 } catch (err) {
   failure = err;
 } finally {
