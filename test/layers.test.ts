@@ -134,7 +134,6 @@ const MAX_FUNCTION_LINES = 80;
 /** Files past a limit today; the list only shrinks. */
 const OVERSIZE = [
   'auth/tokens.ts',
-  'client/client.ts',
   'feed/hub.ts',
   'feed/queries.ts',
   'feed/tailer.ts',

@@ -2,25 +2,17 @@
  * The commitfeed HTTP client (`import { CommitfeedClient } from 'commitfeed/client'`): publish,
  * subscribe with automatic resume, and queue helpers. Depends on nothing but `fetch`.
  */
+export type { BackoffOptions } from './backoff.ts';
+export { CommitfeedClient, type EventInit, type Published } from './client.ts';
+export { CommitfeedError } from './errors.ts';
+export type { ClientOptions } from './http.ts';
+export type { ClaimOptions, Enqueued, EnqueueOptions, Job, JobRef } from './jobs.ts';
+export { isPrimer, parseSse, type SseMessage, textChunks } from './sse.ts';
 export {
-  type BackoffOptions,
-  type ClaimOptions,
-  type ClientOptions,
-  CommitfeedClient,
-  CommitfeedError,
-  type Enqueued,
-  type EnqueueOptions,
-  type EventInit,
-  type Job,
-  type JobContext,
-  type JobRef,
-  type Published,
   type ReconnectInfo,
   type ResetInfo,
   type StreamEvent,
   type SubscribeOptions,
   Subscription,
-  type Worker,
-  type WorkOptions,
-} from './client.ts';
-export { isPrimer, parseSse, type SseMessage, textChunks } from './sse.ts';
+} from './subscription.ts';
+export type { JobContext, Worker, WorkOptions } from './worker.ts';
