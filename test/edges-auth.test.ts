@@ -6,7 +6,8 @@ import http from 'node:http';
 import { SignJWT } from 'jose';
 import t from 'tap';
 import { TokenCache } from '../src/auth/token-cache.ts';
-import { CLOCK_TOLERANCE_S, createVerifier, mintToken } from '../src/auth/tokens.ts';
+import { CLOCK_TOLERANCE_S, mintToken } from '../src/auth/tokens.ts';
+import { createVerifier } from '../src/auth/verifier.ts';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import { openSse, startTestServer, testDatabase, until } from './helpers.ts';
 

@@ -133,7 +133,6 @@ const MAX_FILE_LINES = 350;
 const MAX_FUNCTION_LINES = 80;
 /** Files past a limit today; the list only shrinks. */
 const OVERSIZE = [
-  'auth/tokens.ts',
   'feed/hub.ts',
   'feed/queries.ts',
   'feed/tailer.ts',

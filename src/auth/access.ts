@@ -10,9 +10,10 @@
  *   the `access_token` query parameter (EventSource cannot set headers), the `commitfeed_token`
  *   cookie. `access_token` is removed from the query before validation, so every route accepts it
  *   and no route sees it.
- * - tokens.ts verifies it (keys, pinned algorithms, the `commitfeed` claim, CLOCK_TOLERANCE_S) and
- *   names it by its content, not its encoding (tokenIdentity); token-cache.ts keeps verified tokens,
- *   keyed by signature bytes, until `exp` + the tolerance.
+ * - verifier.ts verifies it with the keys of keys.ts (pinned algorithms), reads the `commitfeed`
+ *   claim into what it grants (tokens.ts, CLOCK_TOLERANCE_S) and names it by its content, not its
+ *   encoding (tokenIdentity); token-cache.ts keeps verified tokens, keyed by signature bytes, until
+ *   `exp` + the tolerance.
  * - The onRequest hook here (before the body is read): a protected route without a valid token is a
  *   401; a route with `config: { access: 'admin' }` also needs `admin: true` (403).
  * - policy.ts — public routes (`config: { access: 'public' }`, CORS preflights, 404s, and the paths
@@ -29,7 +30,8 @@ import type { Config } from '../config/config.ts';
 import { registerCors } from './cors.ts';
 import { resolveAuthMode } from './mode.ts';
 import { authorizeAdmin, isPublic, unauthorized } from './policy.ts';
-import { OPEN, type Principal, TokenError, createVerifier } from './tokens.ts';
+import { OPEN, type Principal, TokenError } from './tokens.ts';
+import { createVerifier } from './verifier.ts';
 import { TokenCache } from './token-cache.ts';
 import { TOKEN_COOKIE, TOKEN_QUERY, takeToken } from './token-source.ts';
 

@@ -5,7 +5,7 @@
  * to start.
  */
 import type { Config } from '../config/config.ts';
-import { hasKeys } from './tokens.ts';
+import { hasKeys } from './verifier.ts';
 
 export function isLoopback(host: string): boolean {
   const h = host.replace(/^\[|\]$/g, '').toLowerCase();

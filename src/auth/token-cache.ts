@@ -9,7 +9,8 @@
  * entries the cache is emptied (simplest bound: a flood of distinct tokens costs re-verification,
  * never memory).
  */
-import { type Principal, TokenError, tokenCacheKey } from './tokens.ts';
+import { hash } from 'node:crypto';
+import { type Principal, TokenError } from './tokens.ts';
 
 /** What a verified token is cached as: the native Principal, or the hub's grants (src/mercure). */
 export interface Expiring {
@@ -53,4 +54,24 @@ export class TokenCache<T extends Expiring = Principal> {
     if (this.map.size >= this.max) this.map.clear();
     this.map.set(key, p);
   }
+}
+
+const B64URL_RE = /^[A-Za-z0-9_-]*$/;
+
+/**
+ * A cache key for a token before it is verified: the signed content as sent (any change to it breaks
+ * the signature) and the signature's decoded bytes, so the spellings of one signature share an
+ * entry. A token that is not three base64url parts gets no key (it is verified, and refused, every
+ * time). Hashed: entries cost the same whatever the token's size.
+ */
+function tokenCacheKey(token: string): string | undefined {
+  const dot = token.lastIndexOf('.');
+  const signature = token.slice(dot + 1);
+  if (dot < 0 || !B64URL_RE.test(signature)) return undefined;
+  // The decoded signature as latin1 text: one character per byte, so distinct bytes stay distinct.
+  return hash(
+    'sha256',
+    token.slice(0, dot + 1) + Buffer.from(signature, 'base64url').toString('latin1'),
+    'base64url',
+  );
 }

@@ -11,7 +11,8 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { type JWTPayload, SignJWT, decodeJwt, decodeProtectedHeader } from 'jose';
-import { CLOCK_TOLERANCE_S, type KeySet, TokenError, loadKeySet } from '../auth/tokens.ts';
+import { type KeySet, loadKeySet } from '../auth/keys.ts';
+import { CLOCK_TOLERANCE_S, TokenError } from '../auth/tokens.ts';
 import type { Config, MercureIssuerConfig } from '../config/config.ts';
 import type { TopicSelector } from './match.ts';
 
