@@ -139,7 +139,6 @@ const OVERSIZE = [
   'flows/routes.ts',
   'mercure/routes.ts',
   'mercure/subscriptions.ts',
-  'ops/sampler.ts',
   'queues/queues.ts',
   'queues/routes.ts',
   'queues/schemas.ts',

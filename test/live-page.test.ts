@@ -13,7 +13,8 @@ import t from 'tap';
 import { ARTIFACTS, launchChromium } from './chromium.ts';
 import { mintToken } from '../src/auth/tokens.ts';
 import { parseSse, textChunks } from '../src/client/sse.ts';
-import type { Sample, StreamRow } from '../src/ops/sampler.ts';
+import type { Sample } from '../src/ops/sampler.ts';
+import type { StreamRow } from '../src/ops/stream-activity.ts';
 import { pgClient, publish, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 import { api, claim, enqueue, nack } from './queue-helpers.ts';
 

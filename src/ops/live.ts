@@ -14,7 +14,8 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { canSeeQueue, canSubscribe } from '../auth/policy.ts';
 import { errorSchema } from '../http/errors.ts';
 import { openSseStream } from '../http/sse.ts';
-import type { Sample, Sampler, StreamRow } from './sampler.ts';
+import type { Sample, Sampler } from './sampler.ts';
+import type { StreamRow } from './stream-activity.ts';
 
 /** Streams sent per frame (the busiest, then the most recent). */
 const MAX_STREAM_ROWS = 200;
