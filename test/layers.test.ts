@@ -136,7 +136,6 @@ const OVERSIZE = [
   'feed/hub.ts',
   'feed/queries.ts',
   'feed/tailer.ts',
-  'flows/routes.ts',
   'mercure/routes.ts',
   'mercure/subscriptions.ts',
   'queues/queues.ts',

@@ -3,10 +3,18 @@ import { TYPE_PATTERN } from '../feed/validate.ts';
 import { NAME_PATTERN } from '../feed/names.ts';
 import { errorSchema } from '../http/errors.ts';
 import { jobInput } from '../queues/schemas.ts';
+import type { Backoff } from '../queues/validate.ts';
 import { CURSOR_PATTERN } from '../feed/cursor.ts';
 import { CATCH_UP } from './schedules.ts';
 
 export const MAX_CATCH_UP = 10_000;
+
+/** Every flow route is administration (admin tokens when access control is on). */
+export const ADMIN = { access: 'admin' } as const;
+
+export type NameReq = { Params: { name: string } };
+/** A body's `job`, as jobOptions below lets it through. */
+export type JobOptions = { priority?: number; maxAttempts?: number; backoff?: Backoff };
 
 export const nameParams = {
   type: 'object',

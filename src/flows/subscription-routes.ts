@@ -1,0 +1,156 @@
+/**
+ * Stream subscriptions' routes (`/v1/subscriptions`): a queue subscribed to a stream, every event one
+ * job. Administration (admin tokens when access control is on). No SQL here: subscriptions.ts has it.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from '../config/config.ts';
+import type { Db } from '../db/database.ts';
+import { ApiError } from '../errors.ts';
+import { parseCursor } from '../feed/cursor.ts';
+import { toJobInput } from '../queues/validate.ts';
+import type { Follower } from './follower.ts';
+import {
+  ADMIN,
+  type JobOptions,
+  type NameReq,
+  deletedResponse,
+  nameParams,
+  subscriptionBody,
+  subscriptionListResponse,
+  subscriptionResponse,
+} from './schemas.ts';
+import {
+  createSubscription,
+  deleteSubscription,
+  listSubscriptions,
+  setSubscriptionPaused,
+} from './subscriptions.ts';
+
+export interface SubscriptionRouteDeps {
+  db: Db;
+  config: Config;
+  follower: Follower;
+}
+
+type CreateReq = {
+  Body: { name: string; stream: string; type?: string; queue: string; from: string; job?: JobOptions };
+};
+
+const tags = ['subscriptions'];
+
+export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRouteDeps): void {
+  app.post<CreateReq>(
+    '/v1/subscriptions',
+    {
+      config: ADMIN,
+      schema: {
+        tags,
+        summary: 'Subscribe a queue to a stream: every event becomes one job',
+        body: subscriptionBody,
+        response: subscriptionResponse,
+      },
+    },
+    (request, reply) => createOne(deps, request, reply),
+  );
+  app.get(
+    '/v1/subscriptions',
+    { config: ADMIN, schema: { tags, summary: 'Every subscription', response: subscriptionListResponse } },
+    () => listAll(deps),
+  );
+  app.get<NameReq>(
+    '/v1/subscriptions/:name',
+    {
+      config: ADMIN,
+      schema: {
+        tags,
+        summary: 'One subscription: cursor, jobs made, events lost to retention',
+        params: nameParams,
+        response: subscriptionResponse,
+      },
+    },
+    (request) => showOne(deps, request.params.name),
+  );
+  app.delete<NameReq>(
+    '/v1/subscriptions/:name',
+    {
+      config: ADMIN,
+      schema: {
+        tags,
+        summary: 'Delete a subscription (its jobs stay queued)',
+        params: nameParams,
+        response: deletedResponse,
+      },
+    },
+    (request, reply) => deleteOne(deps, request.params.name, reply),
+  );
+  for (const action of ['pause', 'resume'] as const) {
+    const paused = action === 'pause';
+    app.post<NameReq>(
+      `/v1/subscriptions/:name/${action}`,
+      {
+        config: ADMIN,
+        schema: {
+          tags,
+          summary: paused
+            ? 'Stop turning events into jobs (the cursor waits; retention may overtake it)'
+            : 'Turn events into jobs again, from the cursor',
+          params: nameParams,
+          response: subscriptionResponse,
+        },
+      },
+      (request) => setPaused(deps, request.params.name, paused),
+    );
+  }
+}
+
+const notFound = (name: string) =>
+  new ApiError(404, 'subscription_not_found', `no subscription named ${name}`);
+
+async function createOne(
+  deps: SubscriptionRouteDeps,
+  request: FastifyRequest<CreateReq>,
+  reply: FastifyReply,
+): Promise<FastifyReply> {
+  const { db, config, follower } = deps;
+  const b = request.body;
+  const from = b.from === 'earliest' || b.from === 'latest' ? b.from : parseCursor(b.from);
+  if (from === undefined) {
+    throw new ApiError(400, 'invalid_cursor', `malformed cursor ${JSON.stringify(b.from.slice(0, 80))}`);
+  }
+  // The same rules as an enqueue's job options (defaults included).
+  const job = toJobInput(b.queue, { payload: null, ...b.job }, config.maxEventBytes, 'body/job');
+  const sub = await createSubscription(db, {
+    name: b.name,
+    stream: b.stream,
+    type: b.type ?? null,
+    queue: b.queue,
+    priority: job.priority,
+    maxAttempts: job.maxAttempts,
+    backoff: job.backoff,
+    from,
+  });
+  follower.wake();
+  return reply.code(201).send(sub);
+}
+
+async function listAll(deps: SubscriptionRouteDeps) {
+  return { subscriptions: await listSubscriptions(deps.db, null) };
+}
+
+async function showOne(deps: SubscriptionRouteDeps, name: string) {
+  const [sub] = await listSubscriptions(deps.db, name);
+  if (!sub) throw notFound(name);
+  return sub;
+}
+
+async function deleteOne(deps: SubscriptionRouteDeps, name: string, reply: FastifyReply) {
+  if (!(await deleteSubscription(deps.db, name))) throw notFound(name);
+  return reply.code(204).send();
+}
+
+async function setPaused(deps: SubscriptionRouteDeps, name: string, paused: boolean) {
+  const sub = await setSubscriptionPaused(deps.db, name, paused);
+  if (!sub) throw notFound(name);
+  if (!paused) deps.follower.wake();
+  return sub;
+}
