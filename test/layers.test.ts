@@ -136,8 +136,6 @@ const OVERSIZE = [
   'feed/hub.ts',
   'feed/queries.ts',
   'feed/tailer.ts',
-  'mercure/routes.ts',
-  'mercure/subscriptions.ts',
   'queues/queues.ts',
   'queues/routes.ts',
   'queues/schemas.ts',

@@ -12,9 +12,9 @@ import {
   type SubscriptionConn,
   expandVar,
   newSubscriberId,
-  subscriptionRoutes,
   subscriptionTopic,
-} from '../src/mercure/subscriptions.ts';
+} from '../src/mercure/active-subscriptions.ts';
+import { subscriptionRoutes } from '../src/mercure/subscription-routes.ts';
 import { sqlClient, testDatabase } from './helpers.ts';
 import { mercureConfigEnv, mercureToken } from './mercure-helpers.ts';
 

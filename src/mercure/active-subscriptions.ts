@@ -3,7 +3,7 @@
  * every matcher of every hub connection is a subscription; its start and its end are published as
  * private updates of SSE type `mercure` on `<hub path>/subscriptions/{match_type}/{match}/{subscriber}`
  * (RFC 6570 simple expansion: each value percent-encoded once, `!'()*` included), and the
- * subscriptions API lists the open ones.
+ * subscriptions API (subscription-routes.ts) lists the open ones.
  *
  * Each subscription row is written in the same transaction as its event (through the hub's own
  * commitfeed.mercure_append, `internal`), so the API and the events never disagree, on any replica.
@@ -19,12 +19,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { CompiledQuery } from 'kysely';
-import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger } from 'fastify';
 import { type Db, inTransaction } from '../db/database.ts';
-import { errorSchema } from '../http/errors.ts';
-import { ApiError } from '../errors.ts';
-import { type MercureAuthorizer, type MercureGrants, sendMercureError } from './authorize.ts';
-import { hubLink } from './discovery.ts';
+import type { MercureAuthorizer, MercureGrants } from './authorize.ts';
 import type { TopicSelector } from './match.ts';
 import { type MercureUpdate, appendUpdates } from './publish.ts';
 
@@ -277,149 +274,4 @@ export class ActiveSubscriptions {
       return rows.length;
     });
   }
-}
-
-/** Most subscriptions one API answer lists (the draft lets collections be truncated). */
-export const MAX_LISTED = 10_000;
-
-const docSchema = {
-  type: 'object',
-  required: ['id', 'type', 'match_type', 'match', 'subscriber', 'active'],
-  properties: {
-    id: { type: 'string' },
-    type: { type: 'string', enum: ['subscription'] },
-    match_type: { type: 'string' },
-    match: { type: 'string' },
-    subscriber: { type: 'string' },
-    active: { type: 'boolean' },
-    payload: { type: 'object', additionalProperties: true },
-  },
-} as const;
-const collectionSchema = {
-  type: 'object',
-  required: ['id', 'type', 'subscriptions'],
-  properties: {
-    id: { type: 'string' },
-    type: { type: 'string', enum: ['subscriptions'] },
-    subscriptions: { type: 'array', items: docSchema },
-  },
-} as const;
-const problem = { type: 'object', additionalProperties: true } as const;
-
-export interface SubscriptionRoutesDeps {
-  subscriptions: ActiveSubscriptions;
-  authorizer: MercureAuthorizer;
-  /** The id of the last update every subscriber can already be sent (else `earliest`): read before
-   * the rows, so a client that subscribes from it misses no event of what it listed. */
-  lastEventId: () => Promise<string>;
-}
-
-/**
- * GET <hub>/subscriptions, …/{match_type}/{match} and …/{match_type}/{match}/{subscriber}: needs a
- * `subscribe` grant on the URL's path (the same form as the event topics, so one grant covers both).
- */
-export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRoutesDeps): void {
-  const { subscriptions, authorizer } = deps;
-  const hubUrl = authorizer.hub;
-  const hubPath = new URL(hubUrl).pathname;
-  const base = `${hubPath}/subscriptions`;
-
-  async function answer(
-    request: FastifyRequest,
-    reply: FastifyReply,
-    id: string,
-    filter: { matchType?: string; match?: string; subscriber?: string },
-    single: boolean,
-  ): Promise<FastifyReply> {
-    const auth = await authorizer.authenticate(request, 'subscribe');
-    if (!auth.ok) return sendMercureError(reply, auth);
-    if (auth.grants === null) {
-      return sendMercureError(
-        reply,
-        authorizer.challenges.missing('the subscriptions API needs an access token'),
-      );
-    }
-    if (!authorizer.canRead(auth.grants, [id])) {
-      return sendMercureError(
-        reply,
-        authorizer.challenges.forbidden(`the token does not grant subscribe on ${id}`),
-      );
-    }
-    const last = await deps.lastEventId();
-    const docs = await subscriptions.list(filter, single ? 1 : MAX_LISTED);
-    reply
-      .header(
-        'link',
-        hubLink(hubUrl, { lastEventId: last, type: 'mercure', contentType: 'application/json' }),
-      )
-      .header('cache-control', 'must-revalidate')
-      .type('application/json');
-    if (single) {
-      if (docs.length === 0) throw new ApiError(404, 'not_found', 'no such active subscription');
-      return reply.send(docs[0]);
-    }
-    return reply.send({ id, type: 'subscriptions', subscriptions: docs });
-  }
-
-  const common = {
-    config: { access: 'public' as const },
-  };
-  app.get(
-    base,
-    {
-      ...common,
-      schema: {
-        summary: 'Mercure: the active subscriptions',
-        tags: ['mercure'],
-        response: { 200: collectionSchema, 400: problem, 401: problem, 403: problem },
-      },
-    },
-    (request, reply) => answer(request, reply, base, {}, false),
-  );
-  app.get<{ Params: { match_type: string; match: string } }>(
-    `${base}/:match_type/:match`,
-    {
-      ...common,
-      schema: {
-        summary: 'Mercure: the active subscriptions of one matcher',
-        tags: ['mercure'],
-        params: {
-          type: 'object',
-          required: ['match_type', 'match'],
-          properties: { match_type: { type: 'string' }, match: { type: 'string' } },
-        },
-        response: { 200: collectionSchema, 400: problem, 401: problem, 403: problem },
-      },
-    },
-    (request, reply) => {
-      const { match_type: matchType, match } = request.params;
-      const id = `${base}/${expandVar(matchType)}/${expandVar(match)}`;
-      return answer(request, reply, id, { matchType, match }, false);
-    },
-  );
-  app.get<{ Params: { match_type: string; match: string; subscriber: string } }>(
-    `${base}/:match_type/:match/:subscriber`,
-    {
-      ...common,
-      schema: {
-        summary: 'Mercure: one active subscription',
-        tags: ['mercure'],
-        params: {
-          type: 'object',
-          required: ['match_type', 'match', 'subscriber'],
-          properties: {
-            match_type: { type: 'string' },
-            match: { type: 'string' },
-            subscriber: { type: 'string' },
-          },
-        },
-        response: { 200: docSchema, 400: problem, 401: problem, 403: problem, 404: errorSchema },
-      },
-    },
-    (request, reply) => {
-      const { match_type: matchType, match, subscriber } = request.params;
-      const id = subscriptionTopic(hubPath, matchType, match, subscriber);
-      return answer(request, reply, id, { matchType, match, subscriber }, true);
-    },
-  );
 }

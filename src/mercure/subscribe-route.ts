@@ -1,0 +1,117 @@
+/**
+ * GET /.well-known/mercure (draft-08 §Subscription): an SSE stream of the updates the query's
+ * matchers select and the token may read. It resumes where the request says (resume.ts), runs on the
+ * feed's tailer and hub as a MercureSelection (subscribe.ts), and ends when the token expires. With
+ * active subscriptions on, the registry hears of every connection's start and end. No SQL here.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from '../config/config.ts';
+import type { Db } from '../db/database.ts';
+import type { Feed } from '../feed/feed.ts';
+import { errorSchema } from '../http/errors.ts';
+import { openSseStream } from '../http/sse.ts';
+import { type ActiveSubscriptions, newSubscriberId } from './active-subscriptions.ts';
+import type { MercureAuthorizer } from './authorize.ts';
+import { sendMercureError } from './challenge.ts';
+import { parseForm, rawQuery } from './form.ts';
+import { MERCURE_STREAM } from './frames.ts';
+import type { MercureStats } from './metrics.ts';
+import { HUB_PATH } from './publish.ts';
+import { givenId, resolveResume } from './resume.ts';
+import { MercureSelection, compileRequestSelectors, subscribeRequest } from './subscribe.ts';
+
+export interface SubscribeRouteDeps {
+  config: Config;
+  db: Db;
+  feed: Feed;
+  authorizer: MercureAuthorizer;
+  stats: MercureStats;
+  /** Active subscriptions (active-subscriptions.ts), told of every connection's start and end. */
+  subscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
+}
+
+const subscribeSchema = {
+  summary: 'Mercure: subscribe (SSE)',
+  description:
+    'Query: `match` / `match_exact` (exact topic), `match_urlpattern` (URL Pattern), `*` for every topic, `last_event_id` (the Last-Event-ID header wins). Any other parameter starting with `match` is a 400. See docs/mercure.md.',
+  tags: ['mercure'],
+  querystring: {
+    type: 'object',
+    additionalProperties: true,
+    properties: {
+      match: { description: 'an exact topic (repeatable)' },
+      match_exact: { description: 'an exact topic (repeatable)' },
+      match_urlpattern: { description: 'a URL Pattern (repeatable)' },
+      last_event_id: { description: 'resume after this update id, or `earliest`' },
+    },
+  },
+  response: {
+    200: {
+      description: 'text/event-stream of updates',
+      content: { 'text/event-stream': { schema: { type: 'string' } } },
+    },
+    400: errorSchema,
+    401: errorSchema,
+    403: errorSchema,
+    503: errorSchema,
+  },
+};
+
+export function subscribeRoute(app: FastifyInstance, deps: SubscribeRouteDeps): void {
+  app.get(HUB_PATH, { config: { access: 'public' }, schema: subscribeSchema }, (request, reply) =>
+    subscribe(deps, request, reply),
+  );
+}
+
+async function subscribe(
+  deps: SubscribeRouteDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<FastifyReply> {
+  const { config, db, feed, authorizer, stats } = deps;
+  const hub = authorizer.hub;
+  const req = subscribeRequest(parseForm(rawQuery(request.raw.url ?? ''), 'query'));
+  const matcher = compileRequestSelectors(req.selectors, hub);
+  const auth = await authorizer.authenticate(request, 'subscribe');
+  if (!auth.ok) return sendMercureError(reply, auth);
+  const grants = auth.grants;
+  const resume = await resolveResume(
+    db,
+    feed,
+    givenId(request.headers['last-event-id'], req.lastEventId),
+    config.startWaitMs,
+  );
+  if (resume.header !== undefined) reply.header('mercure-last-event-id', resume.header);
+  const selection = new MercureSelection({
+    db,
+    tailer: feed.tailer,
+    selectors: req.selectors,
+    matcher,
+    canRead: (topics) => authorizer.canRead(grants, topics),
+    endOnReset: resume.found,
+    retryMs: config.sseRetryMs,
+    stats,
+  });
+  // The priming frame is an id alone: browsers take it as lastEventId without firing an event.
+  // The stream ends when the token expires (draft §Authorization); the client reconnects with a fresh one.
+  const stream = openSseStream(request, reply, {
+    retryMs: config.sseRetryMs,
+    first: `id: ${resume.primedId}\n\n`,
+    room: { hub: feed.hub, max: config.maxSseConnections },
+    expires:
+      grants !== null && Number.isFinite(grants.exp)
+        ? { atMs: grants.exp * 1000, frame: ': token expired\n\n' }
+        : undefined,
+  });
+  const subscriber = feed.hub.subscribe([MERCURE_STREAM], resume.cursor, stream.sink, selection);
+  const active = deps.subscriptions;
+  const conn = active && { subscriber: newSubscriberId(), selectors: req.selectors, grants };
+  if (active && conn) void active.opened(conn);
+  stats.subscribers++;
+  stream.onClose(() => {
+    stats.subscribers--;
+    feed.hub.unsubscribe(subscriber);
+    if (active && conn) void active.closed(conn);
+  });
+  return reply;
+}
