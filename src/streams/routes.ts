@@ -1,6 +1,10 @@
 /**
  * Stream routes: publish (single or batch), and read over SSE or JSON (with long-poll). No SQL here:
  * writes go through the batcher, reads through the tailer and hub.
+ *
+ * A publish is a one-or-batch route (src/http/one-or-batch.ts): each event checked, the batch handed
+ * to the feed's batcher. A read goes readStreams (authorize, cursor, cache revalidation, start) →
+ * sseRead (a hub subscriber on an SSE stream) or jsonRead (one page, long-polled by pollPage).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorize, canSubscribe } from '../auth/policy.ts';
@@ -33,8 +37,14 @@ interface ReadQuery {
   wait: number;
 }
 
-export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: Config; db: Db }): void {
-  const { feed, config, db } = deps;
+interface StreamDeps {
+  feed: Feed;
+  config: Config;
+  db: Db;
+}
+
+export function streamRoutes(app: FastifyInstance, deps: StreamDeps): void {
+  const { feed, config } = deps;
 
   oneOrBatchRoute(app, {
     url: '/v1/streams/:stream/events',
@@ -53,9 +63,6 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
     show: (r) => r,
   });
 
-  const read = (request: FastifyRequest, reply: FastifyReply, streams: string[]) =>
-    readStreams(request, reply, streams, request.query as ReadQuery, feed, config, db);
-
   app.get<{ Params: { stream: string } }>(
     '/v1/streams/:stream/events',
     {
@@ -67,7 +74,7 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
         response: readResponse,
       },
     },
-    (request, reply) => read(request, reply, [request.params.stream]),
+    (request, reply) => readStreams(deps, request, reply, [request.params.stream]),
   );
 
   app.get<{ Querystring: { stream: string[] } }>(
@@ -80,7 +87,7 @@ export function streamRoutes(app: FastifyInstance, deps: { feed: Feed; config: C
         response: readResponse,
       },
     },
-    (request, reply) => read(request, reply, [...new Set(request.query.stream)]),
+    (request, reply) => readStreams(deps, request, reply, [...new Set(request.query.stream)]),
   );
 }
 
@@ -88,15 +95,18 @@ function wantsSse(request: FastifyRequest): boolean {
   return (request.headers.accept ?? '').includes('text/event-stream');
 }
 
+/**
+ * A read of one or several streams, checked and placed here, then served over SSE (sseRead) or as
+ * one JSON page (jsonRead): after the request's cursor (`Last-Event-ID` or `after`), else at `from`.
+ */
 async function readStreams(
+  deps: StreamDeps,
   request: FastifyRequest,
   reply: FastifyReply,
   streams: string[],
-  query: ReadQuery,
-  feed: Feed,
-  config: Config,
-  db: Db,
 ): Promise<unknown> {
+  const { feed, config } = deps;
+  const query = request.query as ReadQuery;
   const globs = streams.filter(isGlob);
   const names = globs.length === 0 ? streams : streams.filter((s) => !isGlob(s));
   // Every named stream up front, whatever the cursor: replay is authorized like live delivery. A
@@ -135,37 +145,84 @@ async function readStreams(
       ? undefined
       : await safePosition(feed, config.startWaitMs);
   const start = given ?? (query.from === 'earliest' ? START : reach!);
-  if (sse) {
-    const stream = openSseStream(request, reply, {
-      retryMs: config.sseRetryMs,
-      first: primerFrame(formatCursor(start)),
-      room: { hub: feed.hub, max: config.maxSseConnections },
-      maxPerToken: config.maxSsePerToken,
-    });
-    const selection =
-      globs.length === 0
-        ? undefined
-        : new GlobSelection({
-            db,
-            tailer: feed.tailer,
-            names,
-            globs,
-            canRead: (stream) => canSubscribe(request, stream),
-          });
-    const subscriber = feed.hub.subscribe(streams, start, stream.sink, selection);
-    stream.onClose(() => feed.hub.unsubscribe(subscriber));
-    return reply;
-  }
+  if (sse) return sseRead(deps, request, reply, { streams, names, globs, start });
+  return jsonRead(deps, reply, { streams, query, start, reach, cache: { etag, shared } });
+}
 
+/** The streams' events from `start` on, over SSE until the client leaves (or shutdown). */
+function sseRead(
+  deps: StreamDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  read: { streams: string[]; names: string[]; globs: string[]; start: Cursor },
+): FastifyReply {
+  const { feed, config, db } = deps;
+  const { streams, names, globs, start } = read;
+  const stream = openSseStream(request, reply, {
+    retryMs: config.sseRetryMs,
+    first: primerFrame(formatCursor(start)),
+    room: { hub: feed.hub, max: config.maxSseConnections },
+    maxPerToken: config.maxSsePerToken,
+  });
+  const selection =
+    globs.length === 0
+      ? undefined
+      : new GlobSelection({
+          db,
+          tailer: feed.tailer,
+          names,
+          globs,
+          canRead: (stream) => canSubscribe(request, stream),
+        });
+  const subscriber = feed.hub.subscribe(streams, start, stream.sink, selection);
+  stream.onClose(() => feed.hub.unsubscribe(subscriber));
+  return reply;
+}
+
+interface JsonRead {
+  streams: string[];
+  query: ReadQuery;
+  start: Cursor;
+  /** Read-your-writes: the page reaches at least this far. */
+  reach: Cursor | undefined;
+  /** The page's ETag when it may be cached once full; `shared`: by shared caches too. */
+  cache: { etag: string | undefined; shared: boolean };
+}
+
+/** One JSON page of the streams' events after `start`, long-polled up to `wait` seconds when empty. */
+async function jsonRead(deps: StreamDeps, reply: FastifyReply, read: JsonRead): Promise<string> {
+  const { query, start, cache } = read;
+  const { events, reset, waited } = await pollPage(deps.feed, reply, read);
+  const next = events.length > 0 ? events[events.length - 1].cursor : formatCursor(reset ?? start);
+  reply.type('application/json');
+  if (cache.etag !== undefined && !waited && reset === undefined && events.length === query.limit) {
+    markImmutable(reply, cache.etag, cache.shared, deps.config.retentionMs);
+  } else {
+    markUncacheable(reply);
+  }
+  const resetJson =
+    reset === undefined ? '' : `,"reset":{"reason":"trimmed","resumeFrom":"${formatCursor(reset)}"}`;
+  return `{"events":[${events.map(eventJson).join(',')}],"next":"${next}"${resetJson}}`;
+}
+
+/**
+ * Reads pages until one has events, the wait runs out or the client leaves. `reset`: retention
+ * dropped events past the cursor (reported in the body, reading on from the mark). `waited`: the
+ * read had to wait, so it is the live edge (followers of the tail, never served from a cache).
+ */
+async function pollPage(
+  feed: Feed,
+  reply: FastifyReply,
+  read: JsonRead,
+): Promise<{ events: FeedEvent[]; reset: Cursor | undefined; waited: boolean }> {
+  const { streams, query, reach } = read;
   const streamSet = new Set(streams);
   const deadline = Date.now() + query.wait * 1000;
   const abort = new AbortController();
   reply.raw.on('close', () => abort.abort());
-  let after = start;
+  let after = read.start;
   let events: FeedEvent[] = [];
-  // Set when retention dropped events past the cursor: reported in the body, reading on from the mark.
   let reset: Cursor | undefined;
-  // A long-poll that had to wait is the live edge: followers of the tail, never served from a cache.
   let waited = false;
   for (;;) {
     const page = await feed.tailer.read(streams, streamSet, after, query.limit, reach);
@@ -183,16 +240,7 @@ async function readStreams(
     waited = true;
     await feed.hub.waitForEvents(streams, left, abort.signal);
   }
-  const next = events.length > 0 ? events[events.length - 1].cursor : formatCursor(reset ?? start);
-  reply.type('application/json');
-  if (etag !== undefined && !waited && reset === undefined && events.length === query.limit) {
-    markImmutable(reply, etag, shared, config.retentionMs);
-  } else {
-    markUncacheable(reply);
-  }
-  const resetJson =
-    reset === undefined ? '' : `,"reset":{"reason":"trimmed","resumeFrom":"${formatCursor(reset)}"}`;
-  return `{"events":[${events.map(eventJson).join(',')}],"next":"${next}"${resetJson}}`;
+  return { events, reset, waited };
 }
 
 /** JSON for one event, with `data` passed through as stored (no parse, no re-serialise). */
