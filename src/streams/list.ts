@@ -1,5 +1,5 @@
 /** GET /v1/streams: stream names with their recent activity (for the live page and operators). */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
 import { canSubscribe } from '../auth/policy.ts';
 import type { Database } from '../db/database.ts';
@@ -9,8 +9,10 @@ import { streamListQuery, streamListResponse } from './schemas.ts';
 /** Counts are taken from this many most recent feed events (a bounded read, not a scan). */
 export const STATS_WINDOW = 10_000;
 
+type ListReq = { Querystring: { limit: number } };
+
 export function streamListRoutes(app: FastifyInstance, deps: { db: Kysely<Database> }): void {
-  app.get<{ Querystring: { limit: number } }>(
+  app.get<ListReq>(
     '/v1/streams',
     {
       schema: {
@@ -23,13 +25,12 @@ export function streamListRoutes(app: FastifyInstance, deps: { db: Kysely<Databa
         response: streamListResponse,
       },
     },
-    async (request) => {
-      const { streams, more } = await listStreams(deps.db, {
-        limit: request.query.limit,
-        window: STATS_WINDOW,
-      });
-      // Only the streams this token may read (every stream when access control is off).
-      return { streams: streams.filter((s) => canSubscribe(request, s.name)), window: STATS_WINDOW, more };
-    },
+    (request) => listRecent(deps.db, request),
   );
+}
+
+async function listRecent(db: Kysely<Database>, request: FastifyRequest<ListReq>) {
+  const { streams, more } = await listStreams(db, { limit: request.query.limit, window: STATS_WINDOW });
+  // Only the streams this token may read (every stream when access control is off).
+  return { streams: streams.filter((s) => canSubscribe(request, s.name)), window: STATS_WINDOW, more };
 }

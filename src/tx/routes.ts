@@ -1,7 +1,7 @@
 /**
  * `POST /v1/tx`: several operations, one transaction. No SQL here: ops are checked and run by ops.ts.
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
 import { authorize, authorizeAdmin } from '../auth/policy.ts';
 import { hubUrlFor } from '../mercure/publish.ts';
@@ -11,11 +11,11 @@ import type { Feed } from '../feed/feed.ts';
 import { MAX_OPS, parseOps, runOps } from './ops.ts';
 import { txBody, txResponse } from './schemas.ts';
 
-export function txRoutes(
-  app: FastifyInstance,
-  deps: { db: Kysely<Database>; feed: Feed; config: Config },
-): void {
-  app.post<{ Body: { ops: unknown[] } }>(
+type TxDeps = { db: Kysely<Database>; feed: Feed; config: Config };
+type TxReq = { Body: { ops: unknown[] } };
+
+export function txRoutes(app: FastifyInstance, deps: TxDeps): void {
+  app.post<TxReq>(
     '/v1/tx',
     {
       schema: {
@@ -24,16 +24,18 @@ export function txRoutes(
         response: txResponse,
       },
     },
-    async (request) => {
-      const ops = parseOps(request.body.ops, deps.config.maxEventBytes, hubUrlFor(deps.config));
-      // The stream or queue of every op, before anything is written. A Mercure update needs an admin
-      // token: native stream grants never cover Mercure topics (docs/mercure.md).
-      for (const op of ops) {
-        if (op.kind === 'publish') authorize(request, 'publish', op.event.stream);
-        else if (op.kind === 'mercure') authorizeAdmin(request);
-        else authorize(request, 'enqueue', (op as { job: { queue: string } }).job.queue);
-      }
-      return { results: await runOps(deps, ops) };
-    },
+    (request) => runTx(deps, request),
   );
+}
+
+async function runTx(deps: TxDeps, request: FastifyRequest<TxReq>) {
+  const ops = parseOps(request.body.ops, deps.config.maxEventBytes, hubUrlFor(deps.config));
+  // The stream or queue of every op, before anything is written. A Mercure update needs an admin
+  // token: native stream grants never cover Mercure topics (docs/mercure.md).
+  for (const op of ops) {
+    if (op.kind === 'publish') authorize(request, 'publish', op.event.stream);
+    else if (op.kind === 'mercure') authorizeAdmin(request);
+    else authorize(request, 'enqueue', (op as { job: { queue: string } }).job.queue);
+  }
+  return { results: await runOps(deps, ops) };
 }
