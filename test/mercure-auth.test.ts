@@ -13,11 +13,8 @@ import { mintToken } from '../src/auth/tokens.ts';
 import { type Config, loadConfig } from '../src/config/config.ts';
 import { mintMercureToken } from '../src/mercure/issuers.ts';
 import { startTestServer, testDatabase } from './helpers.ts';
-import {
-  type MercureAuthorizer as Authorizer,
-  MercureAuthorizer,
-  sendMercureError,
-} from '../src/mercure/authorize.ts';
+import { type MercureAuthorizer as Authorizer, MercureAuthorizer } from '../src/mercure/authorize.ts';
+import { sendMercureError } from '../src/mercure/challenge.ts';
 import {
   DETAIL_TYPE,
   MERCURE_ISSUER,

@@ -21,7 +21,7 @@ import { TokenCache } from '../auth/token-cache.ts';
 import { CLOCK_TOLERANCE_S, TokenError } from '../auth/tokens.ts';
 import { MAX_TOKEN_CHARS, readCookie } from '../auth/token-source.ts';
 import type { Config } from '../config/config.ts';
-import { Challenges, type MercureFailure, sendMercureError } from './challenge.ts';
+import { Challenges, type MercureFailure } from './challenge.ts';
 import { DETAIL_TYPE, type Role, Issuers } from './issuers.ts';
 import {
   MAX_PATTERN_LENGTH,
@@ -32,9 +32,6 @@ import {
   compileSelector,
 } from './match.ts';
 
-export { sendMercureError };
-
-export { DETAIL_TYPE };
 /** Limits on a token's Mercure details (draft: over a limit is `invalid_token`). */
 export const MAX_DETAILS = 32;
 export const MAX_DETAIL_TOPICS = 100;

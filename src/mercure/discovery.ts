@@ -9,7 +9,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Config } from '../config/config.ts';
-import { DETAIL_TYPE } from './authorize.ts';
+import { DETAIL_TYPE } from './issuers.ts';
 import { PRM_PATH } from './challenge.ts';
 
 export interface ProtectedResourceMetadata {
