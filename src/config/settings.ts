@@ -117,11 +117,6 @@ export function optional(name: string, doc: string, section?: string): Setting<s
   return { name, doc, section, parse: (raw) => raw };
 }
 
-/** A comma-separated list (empty items dropped); unset: empty. */
-export function list(name: string, doc: string, section?: string): Setting<string[]> {
-  return { name, doc, section, parse: (raw) => splitList(raw ?? '') };
-}
-
 export function splitList(raw: string): string[] {
   return raw
     .split(',')

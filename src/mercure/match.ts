@@ -120,8 +120,3 @@ export function compileSelectors(sels: readonly TopicSelector[], hubUrl: string)
   if (ms.length === 1) return ms[0];
   return (topic) => ms.some((m) => m(topic));
 }
-
-/** True when the selector matches every topic (`*`). */
-export function selectsEverything(sel: TopicSelector): boolean {
-  return sel.match === '*';
-}

@@ -265,35 +265,3 @@ export async function appendUpdates(
   }
   return rows.map((r) => r.mid);
 }
-
-/**
- * Publishes one Mercure update inside the caller's transaction (or as its own statement): visible to
- * subscribers at COMMIT, gone with a ROLLBACK. Returns its id. Throws ApiError on an invalid update.
- *
- * @example
- *   await db.transaction().execute(async (trx) => {
- *     await trx.insertInto('books').values(book).execute();
- *     await mercurePublish(trx, { topics: ['https://example.com/books/1'], data: JSON.stringify(book),
- *       private: false, id: null, type: null, retry: null }, hubUrl);
- *   });
- */
-export async function mercurePublish(
-  db: Db,
-  update: MercureUpdate,
-  hubUrl: string,
-  maxDataBytes = Number.POSITIVE_INFINITY,
-): Promise<string> {
-  validateUpdate(update, hubUrl, maxDataBytes, false);
-  const [id] = await appendUpdates(db, [update]);
-  return id;
-}
-
-/**
- * The hub's own updates (subscription events): only the reserved-namespace and `type=mercure` rules
- * are skipped.
- */
-export async function publishInternal(db: Db, update: MercureUpdate, hubUrl: string): Promise<string> {
-  validateUpdate(update, hubUrl, Number.POSITIVE_INFINITY, true);
-  const [id] = await appendUpdates(db, [update], true);
-  return id;
-}
