@@ -18,29 +18,26 @@ import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { ActiveSubscriptions } from './active-subscriptions.ts';
-import { MercureAuthorizer } from './authorize.ts';
-import { MercureStats } from './metrics.ts';
+import type { MercureAuthorizer } from './authorize.ts';
+import type { MercureStats } from './metrics.ts';
 import { type MercureUpdate, appendUpdates } from './publish.ts';
 import { publishRoute } from './publish-route.ts';
 import { subscribeRoute } from './subscribe-route.ts';
 
-/** This process's hub counters, read by /metrics at scrape time (plain fields: nothing on the hot path). */
 export interface MercureDeps {
   config: Config;
-  /** Counters for /metrics (default: kept but not reported). */
-  stats?: MercureStats;
+  /** This process's hub counters, read by /metrics at scrape time (plain fields: nothing on the hot path). */
+  stats: MercureStats;
   db: Db;
   feed: Feed;
-  /** Default: one built from the configuration (MERCURE_ISSUERS, MERCURE_RESOURCE, ...). */
-  authorizer?: MercureAuthorizer;
+  /** Built from the configuration (MERCURE_ISSUERS, MERCURE_RESOURCE, ...). */
+  authorizer: MercureAuthorizer;
   /** Active subscriptions (active-subscriptions.ts), told of every connection's start and end. */
   subscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
 }
 
 export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Promise<void> {
-  const { config, db, feed } = deps;
-  const stats = deps.stats ?? new MercureStats();
-  const authorizer = deps.authorizer ?? new MercureAuthorizer(config, app.log);
+  const { config, db, feed, stats, authorizer } = deps;
   const batcher = new Batcher<MercureUpdate, string>(db, {
     maxEvents: config.batchMaxEvents,
     onCommit: () => feed.tailer.wake(),

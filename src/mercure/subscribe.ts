@@ -100,7 +100,7 @@ export interface MercureSelectionOptions {
   endOnReset: boolean;
   retryMs: number;
   /** The hub's counters (frames written) for /metrics. */
-  stats?: { frames: number };
+  stats: { frames: number };
 }
 
 export class MercureSelection implements Selection {
@@ -125,7 +125,7 @@ export class MercureSelection implements Selection {
 
   frame(e: FeedEvent): string {
     this.delivered++;
-    if (this.opts.stats) this.opts.stats.frames++;
+    this.opts.stats.frames++;
     return mercureFrame(e);
   }
 
