@@ -1,7 +1,7 @@
 /**
  * The issuers the hub trusts (MERCURE_ISSUERS), each bound to its own keys, and the RFC 9068 checks
  * of draft-08 §Token Validation: `typ` at+jwt, an explicit algorithm allowlist (MERCURE_ALGORITHMS)
- * on top of the per-key pinning of src/auth/tokens.ts (so `none`, and HS256 signed with a public key,
+ * on top of the per-key pinning of src/auth/keys.ts (so `none`, and HS256 signed with a public key,
  * never verify), `iss` equal to a configured issuer and only that issuer's keys tried (never a pool
  * across issuers), `aud` containing MERCURE_RESOURCE, `exp` required, `nbf` enforced.
  *
