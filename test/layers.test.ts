@@ -136,7 +136,6 @@ const OVERSIZE = [
   'feed/hub.ts',
   'feed/queries.ts',
   'feed/tailer.ts',
-  'queues/queues.ts',
   'queues/routes.ts',
   'queues/schemas.ts',
 ];
