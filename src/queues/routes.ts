@@ -15,35 +15,31 @@ import type { ClaimedJob } from './claim.ts';
 import type { AckItem, LeaseRef, SettleResult } from './settle.ts';
 import { queueStream } from './wake-stream.ts';
 import type { Queues } from './queues.ts';
+import { JOB_ID_PATTERN, jobParams, queueParams } from './schemas.ts';
+import { watchQuery, watchResponse } from './schemas/activity.ts';
 import {
-  JOB_ID_PATTERN,
-  cancelResponse,
   concurrencyBody,
   concurrencyResponse,
-  jobResponse,
-  ackBody,
-  ackResponse,
-  batchAckResponse,
-  claimResponse,
+  deadQuery,
   deadResponse,
-  extendResponse,
-  nackResponse,
+  listResponse,
   pauseResponse,
   retryResponse,
-  watchResponse,
-  batchAckBody,
-  claimBody,
-  deadQuery,
-  enqueueBody,
-  enqueueResponse,
-  extendBody,
-  jobParams,
-  listResponse,
-  nackBody,
-  queueParams,
   statsResponse,
-  watchQuery,
-} from './schemas.ts';
+} from './schemas/admin.ts';
+import { claimBody, claimResponse } from './schemas/claim.ts';
+import { enqueueBody, enqueueResponse } from './schemas/enqueue.ts';
+import { cancelResponse, jobResponse } from './schemas/job.ts';
+import {
+  ackBody,
+  ackResponse,
+  batchAckBody,
+  batchAckResponse,
+  extendBody,
+  extendResponse,
+  nackBody,
+  nackResponse,
+} from './schemas/settle.ts';
 import { type JobBody, toJobInput } from './validate.ts';
 
 type QueueReq = { Params: { queue: string } };
