@@ -3,7 +3,9 @@
  * SQL in routes). It owns two group-commit batchers — enqueues (job rows + one feed wake-up row per
  * queue, one notifying transaction per group; hand-off.ts leases jobs straight to waiting claims) and
  * acks (one update per group, notifying only when it releases an ordered group or a concurrency
- * slot) — the long-poll claims (long-poll.ts, waiting in `wakeups`), and the counts.
+ * slot) — the long-poll claims (long-poll.ts, waiting in `wakeups`), and the counts. An operation
+ * that is one statement and changes none of that (extend, stats, dead letters, a job's status) is
+ * called by its route with the database, without a method here.
  *
  * Lifecycle: created by the server beside the Feed (src/server.ts) and handed to the routes and
  * /metrics; `close()` (at shutdown, before the feed stops) releases waiting claims (they answer `{"jobs":[]}`) and waits for queued enqueues and acks to be written.
@@ -18,19 +20,7 @@ import type { Kysely } from 'kysely';
 import { Batcher } from '../commit/batcher.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
-import {
-  type CancelResult,
-  type DeadJob,
-  type JobStatus,
-  type QueueStats,
-  cancelJob,
-  getJob,
-  listDead,
-  queueStats,
-  retryDead,
-  setConcurrency,
-  setPaused,
-} from './admin.ts';
+import { type CancelResult, cancelJob, retryDead, setConcurrency, setPaused } from './admin.ts';
 import type { ClaimedJob } from './claim.ts';
 import { QueueCounters } from './counters.ts';
 import type { CheckedJobInput, EnqueueOutcome, EnqueueResult } from './enqueue.ts';
@@ -38,12 +28,10 @@ import { enqueueHandingOff } from './hand-off.ts';
 import { type ClaimOptions, longPollClaim } from './long-poll.ts';
 import {
   type AckItem,
-  type ExtendResult,
   type LeaseRef,
   type NackResult,
   type SettleResult,
   ackJobs,
-  extendLease,
   nackJob,
 } from './settle.ts';
 import { Wakeups } from './wakeups.ts';
@@ -123,18 +111,6 @@ export class Queues {
     return res;
   }
 
-  extend(ref: LeaseRef, seconds: number): Promise<ExtendResult> {
-    return extendLease(this.db, ref, seconds);
-  }
-
-  async stats(queue: string | null): Promise<QueueStats[]> {
-    return queueStats(this.db, queue);
-  }
-
-  listDead(queue: string, after: string | null, limit: number): Promise<DeadJob[]> {
-    return listDead(this.db, queue, after, limit);
-  }
-
   async retryDead(queue: string, id: string | null): Promise<string[]> {
     const ids = await retryDead(this.db, queue, id);
     if (ids.length > 0) this.feed.tailer.wake();
@@ -144,10 +120,6 @@ export class Queues {
   async setPaused(queue: string, paused: boolean): Promise<void> {
     await setPaused(this.db, queue, paused);
     if (!paused) this.feed.tailer.wake();
-  }
-
-  getJob(queue: string, id: string): Promise<JobStatus | undefined> {
-    return getJob(this.db, queue, id);
   }
 
   async cancel(queue: string, id: string): Promise<CancelResult> {
