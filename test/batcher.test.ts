@@ -19,7 +19,7 @@ async function gated(t: { teardown(fn: () => unknown): void }) {
   const gates: (() => void)[] = [];
   const batcher = new Batcher(db, {
     maxEvents: 1000,
-    write: async (conn, items) => {
+    write: async (conn, items: readonly CheckedEventInput[]) => {
       groups.push(items.length);
       await new Promise<void>((r) => gates.push(r));
       return appendCheckedEvents(conn, items);

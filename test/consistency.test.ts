@@ -3,7 +3,7 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { Batcher } from '../src/commit/batcher.ts';
-import { appendEvents } from '../src/feed/queries.ts';
+import { appendCheckedEvents, appendEvents } from '../src/feed/queries.ts';
 import type { CheckedEventInput } from '../src/feed/event.ts';
 import {
   feedRows,
@@ -187,7 +187,7 @@ t.test('group commit: concurrent publishes share statements, and one bad request
   const db = sqlClient(t, dbUrl);
   const { migrate } = await import('../src/db/migrate.ts');
   await migrate(db);
-  const batcher = new Batcher(db, { maxEvents: 1000, maxInflight: 1 });
+  const batcher = new Batcher(db, { maxEvents: 1000, maxInflight: 1, write: appendCheckedEvents });
   const good = Array.from({ length: 50 }, (_, i) => batcher.publish([ev('g', i)]));
   // Invalid JSON text slips past no HTTP validation here: the database rejects it.
   const bad = batcher.publish([

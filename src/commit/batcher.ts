@@ -1,6 +1,6 @@
 /**
- * Group commit, for publishes (the default write, appendCheckedEvents) and for any other write that gains
- * from grouping (queue enqueues and acks pass their own `write`). Every notifying commit takes a
+ * Group commit, for any write that gains from grouping: publishes (the feed passes appendCheckedEvents),
+ * queue enqueues and acks, Mercure updates, each with its own `write`. Every notifying commit takes a
  * cluster-wide lock through its WAL flush, so one transaction per request caps the whole database;
  * instead, requests that arrive while a write is in flight wait together and go out as the next
  * single statement (one insert, one notify, one commit). When idle, a request is written at once: no
@@ -16,8 +16,6 @@
 import type { Db } from '../db/database.ts';
 import { ShuttingDownError } from '../errors.ts';
 import { isUnavailable } from '../db/database.ts';
-import { type AppendResult, appendCheckedEvents } from '../feed/queries.ts';
-import type { CheckedEventInput } from '../feed/event.ts';
 
 interface Pending<I, R> {
   events: readonly I[];
@@ -29,18 +27,18 @@ interface Pending<I, R> {
 
 export type GroupWrite<I, R> = (db: Db, items: readonly I[]) => Promise<R[]>;
 
-export interface BatcherOptions<I = CheckedEventInput, R = AppendResult> {
+export interface BatcherOptions<I, R> {
   /** Most items (events) in one statement (a request is never split). */
   maxEvents: number;
   /** Writes in flight at once: while one commits, the next can already insert. */
   maxInflight?: number;
   /** Called after every successful commit (pokes the local tailer without waiting for NOTIFY). */
   onCommit?: () => void;
-  /** The grouped write; default appendCheckedEvents (publishes, checked by toEventInput). */
-  write?: GroupWrite<I, R>;
+  /** The grouped write. */
+  write: GroupWrite<I, R>;
 }
 
-export class Batcher<I = CheckedEventInput, R = AppendResult> {
+export class Batcher<I, R> {
   private queue: Pending<I, R>[] = [];
   private queuedEvents = 0;
   private inflight = 0;
@@ -50,14 +48,10 @@ export class Batcher<I = CheckedEventInput, R = AppendResult> {
   private closed = false;
   readonly stats = { statements: 0, events: 0, requests: 0 };
 
-  private readonly writeGroup: GroupWrite<I, R>;
-
   constructor(
     private readonly db: Db,
     private readonly opts: BatcherOptions<I, R>,
-  ) {
-    this.writeGroup = opts.write ?? (appendCheckedEvents as unknown as GroupWrite<I, R>);
-  }
+  ) {}
 
   /** Writes one request's items (all-or-nothing), grouped with concurrent requests. */
   publish(events: readonly I[]): Promise<R[]> {
@@ -109,7 +103,7 @@ export class Batcher<I = CheckedEventInput, R = AppendResult> {
   private async write(group: Pending<I, R>[]): Promise<void> {
     const events = group.length === 1 ? group[0].events : group.flatMap((p) => p.events);
     try {
-      const results = await this.writeGroup(this.db, events);
+      const results = await this.opts.write(this.db, events);
       this.stats.statements++;
       this.stats.events += events.length;
       this.stats.requests += group.length;

@@ -9,10 +9,10 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import { Batcher } from '../commit/batcher.ts';
 import { Hub } from './hub.ts';
-import type { FeedEvent } from './event.ts';
+import type { CheckedEventInput, FeedEvent } from './event.ts';
 import { Listener } from './listener.ts';
 import { OwnWrites } from './own-writes.ts';
-import { appendCheckedEvents } from './queries.ts';
+import { type AppendResult, appendCheckedEvents } from './queries.ts';
 import { FeedReads, type StandbyDb } from './reads.ts';
 import { Tailer } from './tailer.ts';
 
@@ -44,7 +44,7 @@ export interface FeedOptions {
 export class Feed {
   /** The primary's pool (writes, and reads that must see the primary). */
   readonly db: Kysely<Database>;
-  readonly batcher: Batcher;
+  readonly batcher: Batcher<CheckedEventInput, AppendResult>;
   readonly tailer: Tailer;
   readonly hub: Hub;
   readonly listener: Listener;
