@@ -16,7 +16,7 @@ import pg from 'pg';
 import { type Database, createDatabase } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { Feed } from '../src/feed/feed.ts';
-import { appendEvents } from '../src/feed/queries.ts';
+import { appendEvents } from '../src/feed/queries/append.ts';
 import { Follower } from '../src/flows/follower.ts';
 import { createSubscription } from '../src/flows/subscriptions.ts';
 import { cpuMark, coresUsed, setBenchDatabase } from './lib/sys.ts';

@@ -4,7 +4,7 @@
 // over and over, so PostgreSQL's side stays the same and only this process's CPU is compared.
 import { createDatabase } from '../src/db/database.ts';
 import { START } from '../src/feed/cursor.ts';
-import { readTail } from '../src/feed/queries.ts';
+import { readTail } from '../src/feed/queries/read-tail.ts';
 
 const url = process.env.DATABASE_URL;
 if (!url) throw new Error('set DATABASE_URL to a commitfeed database with at least 1,000 events');

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { type Kysely, sql } from 'kysely';
 import { createDatabase } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
-import { readTail } from '../src/feed/queries.ts';
+import { readTail } from '../src/feed/queries/read-tail.ts';
 import type { Database } from '../src/db/database.ts';
 
 const admin = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';

@@ -13,7 +13,8 @@
  */
 import { Kysely, PostgresDialect, type PostgresPool } from 'kysely';
 import type { Db } from './db/database.ts';
-import { type AppendResult, type EventInput, appendEvents } from './feed/queries.ts';
+import type { EventInput } from './feed/event.ts';
+import { type AppendResult, appendEvents } from './feed/queries/append.ts';
 import { toEventInput } from './feed/validate.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from './queues/enqueue.ts';
 import { type JobBody, toJobInput } from './queues/validate.ts';
@@ -22,7 +23,7 @@ import { HUB_PATH, type UpdateInput, appendUpdates, updateFromInput } from './me
 export { ApiError } from './errors.ts';
 export { migrate } from './db/migrate.ts';
 export { mercureLink } from './mercure/discovery.ts';
-export type { AppendResult } from './feed/queries.ts';
+export type { AppendResult } from './feed/queries/append.ts';
 export type { EnqueueResult } from './queues/enqueue.ts';
 export type { Backoff } from './queues/validate.ts';
 export type { UpdateInput as MercureUpdateInput } from './mercure/publish.ts';

@@ -6,7 +6,7 @@
 import t from 'tap';
 import { Batcher } from '../src/commit/batcher.ts';
 import type { CheckedEventInput } from '../src/feed/event.ts';
-import { appendCheckedEvents } from '../src/feed/queries.ts';
+import { appendCheckedEvents } from '../src/feed/queries/append-checked.ts';
 import { sqlClient, testDatabase, until } from './helpers.ts';
 
 const ev = (n: number) =>

@@ -3,7 +3,8 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { Batcher } from '../src/commit/batcher.ts';
-import { appendCheckedEvents, appendEvents } from '../src/feed/queries.ts';
+import { appendEvents } from '../src/feed/queries/append.ts';
+import { appendCheckedEvents } from '../src/feed/queries/append-checked.ts';
 import type { CheckedEventInput } from '../src/feed/event.ts';
 import {
   feedRows,

@@ -6,7 +6,8 @@ import type { CompiledQuery, Kysely } from 'kysely';
 import t from 'tap';
 import type { Database } from '../src/db/database.ts';
 import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
-import { TAIL_SQL, appendEvents } from '../src/feed/queries.ts';
+import { appendEvents } from '../src/feed/queries/append.ts';
+import { TAIL_SQL } from '../src/feed/queries/read-tail.ts';
 import type { Server } from '../src/server.ts';
 import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 

@@ -7,7 +7,9 @@ import { migrate } from '../src/db/migrate.ts';
 import { CommitfeedClient } from '../src/client/index.ts';
 import { START } from '../src/feed/cursor.ts';
 import { lastFrameCursor, namedSseFrame, sseFrame } from '../src/feed/frames.ts';
-import { currentHorizon, readRange, readRangeFrames } from '../src/feed/queries.ts';
+import { currentHorizon } from '../src/feed/queries/current-horizon.ts';
+import { readRange } from '../src/feed/queries/read-range.ts';
+import { readRangeFrames } from '../src/feed/queries/read-range-frames.ts';
 import { openSse, publish, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 const DATA = [

@@ -5,7 +5,7 @@ import t from 'tap';
 import { parseSse } from '../src/client/sse.ts';
 import { type Cursor, compareCursors, formatCursor, parseCursor } from '../src/feed/cursor.ts';
 import { sseFrame } from '../src/feed/frames.ts';
-import type { FeedEvent } from '../src/feed/queries.ts';
+import type { FeedEvent } from '../src/feed/event.ts';
 import { toEventInput } from '../src/feed/validate.ts';
 import { jsonDepth } from '../src/http/input.ts';
 

@@ -6,7 +6,8 @@ import t from 'tap';
 import { createDatabase } from '../src/db/database.ts';
 import type { CheckedEventInput } from '../src/feed/event.ts';
 import { Feed } from '../src/feed/feed.ts';
-import { type FeedEvent, readTail } from '../src/feed/queries.ts';
+import type { FeedEvent } from '../src/feed/event.ts';
+import { readTail } from '../src/feed/queries/read-tail.ts';
 import type { Sink } from '../src/feed/hub.ts';
 import { testDatabase, until } from './helpers.ts';
 

@@ -35,7 +35,7 @@ const LAYERS: string[][] = [
 const APART = ['client'];
 
 /** Imports that break the rule today; the list only shrinks (the test fails on one that is gone). */
-const KNOWN: string[] = ['feed/tailer.ts -> retention/partitions.ts'];
+const KNOWN: string[] = [];
 
 function files(dir: string): string[] {
   return readdirSync(dir).flatMap((f) => {
@@ -128,7 +128,7 @@ t.test('no import cycles', async (t) => {
 const MAX_FILE_LINES = 350;
 const MAX_FUNCTION_LINES = 80;
 /** Files past a limit today; the list only shrinks. */
-const OVERSIZE = ['feed/hub.ts', 'feed/queries.ts', 'feed/tailer.ts'];
+const OVERSIZE = ['feed/hub.ts', 'feed/tailer.ts'];
 
 t.test(`no file in src/ over ${MAX_FILE_LINES} lines, no function over ${MAX_FUNCTION_LINES}`, async (t) => {
   const long: string[] = [];

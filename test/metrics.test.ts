@@ -2,7 +2,7 @@
 // stalled horizon made visible.
 import { sql } from 'kysely';
 import t from 'tap';
-import { appendEvents } from '../src/feed/queries.ts';
+import { appendEvents } from '../src/feed/queries/append.ts';
 import { openSse, pgClient, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 import { type Claimed, ack, claim, enqueue, nack, timed, until } from './queue-helpers.ts';
 

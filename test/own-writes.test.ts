@@ -8,7 +8,10 @@ import { createDatabase } from '../src/db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor } from '../src/feed/cursor.ts';
 import type { CheckedEventInput, EventInput } from '../src/feed/event.ts';
 import { OwnWrites } from '../src/feed/own-writes.ts';
-import { type FeedEvent, appendCheckedEvents, appendEvents, readTail } from '../src/feed/queries.ts';
+import type { FeedEvent } from '../src/feed/event.ts';
+import { appendEvents } from '../src/feed/queries/append.ts';
+import { appendCheckedEvents } from '../src/feed/queries/append-checked.ts';
+import { readTail } from '../src/feed/queries/read-tail.ts';
 import { Tailer } from '../src/feed/tailer.ts';
 import { openSse, publish, startTestServer, testDatabase, until } from './helpers.ts';
 

@@ -7,7 +7,8 @@ import t from 'tap';
 import { createDatabase } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { START } from '../src/feed/cursor.ts';
-import { TAIL_SQL, appendEvents, readTail } from '../src/feed/queries.ts';
+import { appendEvents } from '../src/feed/queries/append.ts';
+import { TAIL_SQL, readTail } from '../src/feed/queries/read-tail.ts';
 import { createPartition } from '../src/retention/partitions.ts';
 import { testDatabase } from './helpers.ts';
 

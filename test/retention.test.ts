@@ -4,8 +4,10 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
-import { RANGE_ONE_SQL, TAIL_SQL } from '../src/feed/queries.ts';
-import { analyzeChanged, listPartitions, partitionName, readTrimMark } from '../src/retention/partitions.ts';
+import { RANGE_ONE_SQL } from '../src/feed/queries/read-range.ts';
+import { TAIL_SQL } from '../src/feed/queries/read-tail.ts';
+import { readTrimMark } from '../src/feed/queries/trim-mark.ts';
+import { analyzeChanged, listPartitions, partitionName } from '../src/retention/partitions.ts';
 import { openSse, publish, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
 const HOUR = 3_600_000;

@@ -5,7 +5,7 @@ import http from 'node:http';
 import { sql } from 'kysely';
 import t from 'tap';
 import { parseSse, textChunks } from '../src/client/sse.ts';
-import { appendEvents } from '../src/feed/queries.ts';
+import { appendEvents } from '../src/feed/queries/append.ts';
 import { feedRows, sqlClient, startService, startTestServer, testDatabase, until } from './helpers.ts';
 
 t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0', async (t) => {

@@ -6,7 +6,8 @@
 // across a moving floor too.)
 import { sql } from 'kysely';
 import t from 'tap';
-import { TAIL_SQL, floorMark } from '../src/feed/queries.ts';
+import { floorMark } from '../src/feed/queries/floor-mark.ts';
+import { TAIL_SQL } from '../src/feed/queries/read-tail.ts';
 import { TailFloorTracker } from '../src/feed/tail-floor.ts';
 import { listPartitions } from '../src/retention/partitions.ts';
 import {

@@ -12,7 +12,8 @@ import { Hub } from './hub.ts';
 import type { CheckedEventInput, FeedEvent } from './event.ts';
 import { Listener } from './listener.ts';
 import { OwnWrites } from './own-writes.ts';
-import { type AppendResult, appendCheckedEvents } from './queries.ts';
+import type { AppendResult } from './queries/append.ts';
+import { appendCheckedEvents } from './queries/append-checked.ts';
 import { FeedReads, type StandbyDb } from './reads.ts';
 import { Tailer } from './tailer.ts';
 

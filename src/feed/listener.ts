@@ -11,7 +11,9 @@
  * and the tailer's fallback poll keeps delivering meanwhile. `connected` feeds /readyz.
  */
 import pg from 'pg';
-import { FEED_CHANNEL } from './queries.ts';
+
+/** The one channel every feed write notifies (payload empty: the feed, not the notify, is the truth). */
+export const FEED_CHANNEL = 'commitfeed_feed';
 
 export interface ListenerOptions {
   url: string;

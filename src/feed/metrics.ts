@@ -7,8 +7,8 @@
  */
 import type { Measured, Metrics } from '../metrics.ts';
 import type { Feed } from './feed.ts';
-import { horizonBlocker } from './horizon-blocker.ts';
-import { feedLagSeconds } from './lag.ts';
+import { horizonBlocker } from './queries/horizon-blocker.ts';
+import { feedLag } from './queries/lag.ts';
 
 export function feedMetrics(feed: Feed): Measured {
   return {
@@ -136,7 +136,11 @@ function registerHorizonMetrics(m: Metrics, feed: Feed): void {
   m.gauge(
     'commitfeed_feed_lag_seconds',
     'Age of the oldest feed row past the position this process has delivered up to (0 when caught up; -1 if the database cannot be read)',
-    () => feedLagSeconds(db, tailer.position).catch(() => -1),
+    () =>
+      feedLag(db, tailer.position).then(
+        (lag) => lag.ageS,
+        () => -1,
+      ),
     'max',
   );
 }

@@ -1,6 +1,6 @@
 /**
  * The tail floor: a time below which the tailer has read every row, so its tail read can skip the
- * feed's older partitions (why that is safe: TailFloor in queries.ts).
+ * feed's older partitions (why that is safe: TailFloor in queries/read-tail.ts).
  *
  * Lifecycle: one per tailer. When it holds no candidate (at most once a second) it asks for a mark
  * (commitfeed.floor_mark on the primary: a time T and a transaction id X taken after it); a later
@@ -12,7 +12,7 @@
  * counts the primary's unfinished transactions as running) and are filtered by the floor: it is a
  * fact about rows, wherever they are read.
  */
-import type { TailFloor } from './queries.ts';
+import type { TailFloor } from './queries/read-tail.ts';
 
 /** What the tracker needs of a tail page (see TailPage). */
 export interface FloorFacts {

@@ -24,18 +24,16 @@
 import type { Db } from '../db/database.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import { framerFor } from './frames.ts';
-import {
-  type FeedEvent,
-  currentHorizon,
-  floorMark,
-  readRange,
-  readRangeFrames,
-  readTail,
-} from './queries.ts';
+import type { FeedEvent } from './event.ts';
 import { type OwnWrites, mergeInOrder } from './own-writes.ts';
+import { currentHorizon } from './queries/current-horizon.ts';
+import { floorMark } from './queries/floor-mark.ts';
+import { readRange } from './queries/read-range.ts';
+import { readRangeFrames } from './queries/read-range-frames.ts';
+import { readTail } from './queries/read-tail.ts';
+import { readStartPosition } from './queries/start-position.ts';
+import { readTrimMark } from './queries/trim-mark.ts';
 import { FeedReads, horizonCovers } from './reads.ts';
-import { readTrimMark } from '../retention/partitions.ts';
-import { readStartPosition } from './start-position.ts';
 import { TailFloorTracker } from './tail-floor.ts';
 import { EventWindow } from './window.ts';
 
@@ -262,7 +260,7 @@ export class Tailer {
    *
    * The tail itself when the last read started after every local commit and found nothing waiting
    * behind the horizon; otherwise the horizon read in one statement with the check that no committed
-   * row is past it (start-position.ts), so a tailer that is merely behind costs one query, not a wait.
+   * row is past it (queries/start-position.ts), so a tailer that is merely behind costs one query, not a wait.
    * A position past the tail is fine for a subscriber: the hub skips events at or before its cursor.
    */
   async safePosition(maxMs: number): Promise<Cursor | undefined> {

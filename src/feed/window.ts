@@ -4,7 +4,7 @@
  * cursors catch up from the table. Memory is bounded by `capacity` events.
  */
 import { type Cursor, compareCursors } from './cursor.ts';
-import type { FeedEvent } from './queries.ts';
+import type { FeedEvent } from './event.ts';
 
 export class EventWindow {
   private events: FeedEvent[] = [];

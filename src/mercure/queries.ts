@@ -6,13 +6,12 @@ import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import type { Cursor } from '../feed/cursor.ts';
-import type { FeedEvent } from '../feed/event.ts';
-import { EVENT_COLUMNS } from '../feed/queries.ts';
-import { markedPageSql, readMarkedPage } from '../streams/marked-page.ts';
+import { EVENT_COLUMNS } from '../feed/queries/event-columns.ts';
+import { type MarkedPage, markedPageSql, readMarkedPage } from '../feed/queries/marked-page.ts';
 
 /**
  * Updates with any of the topics in $1 in (($2,$3), ($4,$5)], in feed order, at most $6, with the trim
- * mark from the same statement. Each topic reads its own index range in order and contributes at
+ * mark and the horizon from the same statement. Each topic reads its own index range in order and contributes at
  * most $6 rows, so a page costs O(topics × page) whatever the history; the feed row is found by its
  * (txid, id) and created_at (one partition).
  */
@@ -41,7 +40,7 @@ export async function readTopicRange(
   after: Cursor,
   upTo: Cursor,
   limit: number,
-): Promise<{ events: FeedEvent[]; trimMark: Cursor }> {
+): Promise<MarkedPage> {
   return readMarkedPage(db, TOPIC_RANGE_SQL, [
     topics,
     String(after.txid),

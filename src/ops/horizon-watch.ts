@@ -13,7 +13,7 @@
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
-import { horizonBlocker } from '../feed/horizon-blocker.ts';
+import { horizonBlocker } from '../feed/queries/horizon-blocker.ts';
 
 export interface HorizonWatchLog {
   warn(obj: object, msg?: string): void;

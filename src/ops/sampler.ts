@@ -22,7 +22,7 @@ import type { Database } from '../db/database.ts';
 import { type Cursor, formatCursor } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
 import type { Feed } from '../feed/feed.ts';
-import { horizonBlocker } from '../feed/horizon-blocker.ts';
+import { horizonBlocker } from '../feed/queries/horizon-blocker.ts';
 import { queueStats } from '../queues/admin.ts';
 import type { Queues } from '../queues/queues.ts';
 import { listStreams } from '../streams/queries.ts';

@@ -4,7 +4,7 @@
  */
 import { sql } from 'kysely';
 import { type Db, inTransaction } from '../db/database.ts';
-import { appendEvents } from '../feed/queries.ts';
+import { appendEvents } from '../feed/queries/append.ts';
 import { wakeEvent } from './wake-stream.ts';
 
 export interface QueueStats {

@@ -5,7 +5,7 @@
 import { CompiledQuery, sql } from 'kysely';
 import { type Db, inTransaction } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
-import { appendEvents } from '../feed/queries.ts';
+import { appendEvents } from '../feed/queries/append.ts';
 import { wakeEvent } from './wake-stream.ts';
 
 export interface LeaseRef {

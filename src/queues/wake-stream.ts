@@ -4,7 +4,7 @@
  * commit and waiting claimers wake exactly when the change becomes visible (never for a rollback).
  * The row is a bare wake marker (claimers read the jobs table, not the feed).
  */
-import type { EventInput } from '../feed/queries.ts';
+import type { EventInput } from '../feed/event.ts';
 
 /** The feed stream that carries a queue's wake-ups. User stream names cannot contain '/'. */
 export const queueStream = (queue: string): string => `queue/${queue}`;

@@ -8,7 +8,8 @@
  */
 import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-import { type Cursor, START } from '../feed/cursor.ts';
+import type { Cursor } from '../feed/cursor.ts';
+import { readTrimMark } from '../feed/queries/trim-mark.ts';
 
 /** Events a reader of the feed (a stream subscription) had not reached when retention dropped them. */
 export interface Loss {
@@ -177,16 +178,6 @@ async function raiseTrimMark(trx: Db, top: Cursor | null, before: Date | null): 
         trimmed_before = greatest(m.trimmed_before, ${before?.toISOString() ?? null}::timestamptz)`.execute(
     trx,
   );
-}
-
-/** The highest cursor ever dropped (START when nothing was). */
-export async function readTrimMark(db: Db): Promise<{ mark: Cursor; trimmedAt: Date | null }> {
-  const { rows } = await sql<{ txid: string; id: string; trimmed_at: Date | null }>`
-    select txid::text as txid, id::text as id, trimmed_at from commitfeed.trim_mark`.execute(db);
-  const r = rows[0];
-  return r
-    ? { mark: { txid: Number(r.txid), id: Number(r.id) }, trimmedAt: r.trimmed_at }
-    : { mark: START, trimmedAt: null };
 }
 
 /** Deletes idempotency keys older than `before`, in batches (a key table only holds keyed events). */

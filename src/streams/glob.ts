@@ -17,9 +17,8 @@ import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
 import { namedSseFrame, resetFrame } from '../feed/frames.ts';
 import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
-import { EVENT_COLUMNS } from '../feed/queries.ts';
+import { readAllNamesRange } from '../feed/queries/all-names-range.ts';
 import type { Tailer } from '../feed/tailer.ts';
-import { markedPageSql, readMarkedPage } from './marked-page.ts';
 
 /** A stream parameter of /v1/events: a name, or a glob when it holds `*`. */
 export const GLOB_PATTERN = '^[A-Za-z0-9._:*-]{1,200}$';
@@ -36,15 +35,6 @@ export function globRegExp(glob: string): RegExp {
     .join('[A-Za-z0-9._:-]*');
   return new RegExp(`^${body}$`);
 }
-
-// Names only: a row of an internal stream (with a `/`) is never read for a glob.
-const ALL_NAMES_RANGE_SQL = markedPageSql(`
-    select ${EVENT_COLUMNS}
-    from commitfeed.feed f
-    where (f.txid, f.id) > ($1::xid8, $2::int8) and (f.txid, f.id) <= ($3::xid8, $4::int8)
-      and strpos(f.stream, '/') = 0
-    order by f.txid, f.id
-    limit $5`);
 
 export interface GlobSelectionOptions {
   db: Db;
@@ -90,13 +80,7 @@ export class GlobSelection implements Selection {
   async readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead> {
     const upTo = this.opts.tailer.position;
     if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
-    const { events, trimMark } = await readMarkedPage(this.opts.db, ALL_NAMES_RANGE_SQL, [
-      String(after.txid),
-      after.id,
-      String(upTo.txid),
-      upTo.id,
-      limit,
-    ]);
+    const { events, trimMark } = await readAllNamesRange(this.opts.db, after, upTo, limit);
     if (compareCursors(after, trimMark) < 0) {
       return { chunks: [], count: 0, position: trimMark, more: true, reset: trimMark };
     }

@@ -16,7 +16,7 @@ import { ApiError } from '../errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { type Cursor, START, compareCursors, formatCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
-import type { FeedEvent } from '../feed/queries.ts';
+import type { FeedEvent } from '../feed/event.ts';
 import { type EventBody, toEventInput } from '../feed/validate.ts';
 import {
   multiReadQuery,

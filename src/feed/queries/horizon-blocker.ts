@@ -3,7 +3,7 @@
  * by the horizon watcher (a warning naming it); neither depends on the other.
  */
 import { type Kysely, sql } from 'kysely';
-import type { Database } from '../db/database.ts';
+import type { Database } from '../../db/database.ts';
 
 export interface HorizonBlocker {
   pid: number;

@@ -7,8 +7,8 @@
  * is both after that row and safe from the open transaction, so the caller must wait.
  */
 import { CompiledQuery } from 'kysely';
-import type { Db } from '../db/database.ts';
-import { type Cursor, horizonCursor } from './cursor.ts';
+import type { Db } from '../../db/database.ts';
+import { type Cursor, horizonCursor } from '../cursor.ts';
 
 export const START_POSITION_SQL = `
   select s.xmin::text as xmin,
