@@ -4,9 +4,15 @@
 // read, so each live delivery below shows a wake leading to a standby read that sees the waking commit.
 import pg from 'pg';
 import t from 'tap';
-import { horizonCovers, laterLsn } from '../src/feed/reads.ts';
+import type { Db } from '../src/db/database.ts';
+import { migrate } from '../src/db/migrate.ts';
+import type { Cursor } from '../src/feed/cursor.ts';
+import { readAllNamesRange } from '../src/feed/queries/all-names-range.ts';
+import { currentHorizon } from '../src/feed/queries/current-horizon.ts';
+import { FeedReads, horizonCovers, laterLsn } from '../src/feed/reads.ts';
+import { readTopicRange } from '../src/mercure/queries.ts';
 import type { Server } from '../src/server.ts';
-import { type SseReader, openSse, publish, sleep, startTestServer, until } from './helpers.ts';
+import { type SseReader, openSse, publish, sleep, sqlClient, startTestServer, until } from './helpers.ts';
 import { type StandbyCluster, startStandbyCluster } from './standby-cluster.ts';
 
 // Two ports of their own beside the run's PostgreSQL (primary, standby): TEST_PG_PORT + 10 and + 11.
@@ -44,6 +50,22 @@ async function primaryClient(t: T): Promise<pg.Client> {
   await client.connect();
   t.teardown(() => client.end().catch(() => {}));
   return client;
+}
+
+/** Reads the (first) standby has served. */
+const standbyReads = (s: Server) => s.feed.reads.status()[0].reads;
+const upTo = (n: number) => Array.from({ length: n }, (_, i) => i);
+const mercure = (t: T, s: Server, topic: string, headers: Record<string, string> = {}) =>
+  openSse(t, `${s.url}/.well-known/mercure?match=${encodeURIComponent(topic)}`, headers);
+
+/** Publishes Mercure updates {n: from..from+count-1} to `topic` in one transaction on the primary. */
+async function mercureUpdates(t: T, topic: string, from: number, count: number): Promise<void> {
+  const client = await primaryClient(t);
+  await client.query(
+    `select commitfeed.mercure_publish($1::text, json_build_object('n', g)::text)
+     from generate_series($2::int, $3::int) g order by g`,
+    [topic, from, from + count - 1],
+  );
 }
 
 async function readyz(s: Server): Promise<{ status: string; checks: Record<string, boolean> }> {
@@ -118,6 +140,116 @@ t.test('live and catch-up reads come from the standby, each event once, in order
   );
   t.ok(s.feed.reads.stats.standby - before.standby >= 8, 'tail and catch-up pages were read on the standby');
   t.equal(s.feed.reads.stats.fallbacks, before.fallbacks, 'no read went to the primary');
+});
+
+t.test('glob and Mercure catch-up pages come from the standby, each event once, in order', async (t) => {
+  const s = await server(t, { windowEvents: 100, pageSize: 50 });
+  const liveGlob = await openSse(t, `${s.url}/v1/events?stream=gs.*`);
+  const liveTopic = await mercure(t, s, 'urn:standby:s');
+  const N = 300;
+  for (let i = 0; i < N; i += 50) {
+    const events = Array.from({ length: 50 }, (_, k) => ({ data: { n: i + k } }));
+    t.equal((await publish(s.url, i % 100 === 0 ? 'gs.a' : 'gs.b', events)).status, 201);
+    t.equal((await publish(s.url, 'other', events)).status, 201, 'a stream the glob does not match');
+  }
+  await mercureUpdates(t, 'urn:standby:s', 0, 120);
+  await liveGlob.waitFor(N, 20_000);
+  await liveTopic.waitFor(120, 20_000);
+  t.same(datas(liveGlob), upTo(N), 'live glob subscriber: every event once, in order');
+  t.same(datas(liveTopic), upTo(120), 'live Mercure subscriber: every update once, in order');
+  await s.feed.tailer.settled();
+  const fallbacks = s.feed.reads.stats.fallbacks;
+
+  // Catch-up from the start: pages from the table (the glob's through every named stream).
+  const before = standbyReads(s);
+  const glob = await openSse(t, `${s.url}/v1/events?stream=gs.*&from=earliest`);
+  await glob.waitFor(N, 20_000);
+  t.same(ids(glob), ids(liveGlob), 'the glob catch-up delivers the same events as live');
+  t.ok(standbyReads(s) - before >= (2 * N) / 50, 'its pages were read on the standby');
+  const between = standbyReads(s);
+  const topic = await mercure(t, s, 'urn:standby:s', { 'last-event-id': 'earliest' });
+  await topic.waitFor(120, 20_000);
+  t.same(ids(topic), ids(liveTopic), 'the Mercure catch-up delivers the same updates as live');
+  t.ok(standbyReads(s) - between >= 120 / 50, 'its pages were read on the standby');
+  t.equal(s.feed.reads.stats.fallbacks, fallbacks, 'no read went to the primary');
+});
+
+t.test('replay paused: glob and Mercure catch-up pages fall over to the primary', async (t) => {
+  const s = await server(t, { pageSize: 20 });
+  const liveGlob = await openSse(t, `${s.url}/v1/events?stream=gp.*`);
+  const liveTopic = await mercure(t, s, 'urn:standby:p');
+  await c().pause();
+  t.teardown(() => c().resume());
+  const events = Array.from({ length: 100 }, (_, n) => ({ data: { n } }));
+  t.equal((await publish(s.url, 'gp.a', events)).status, 201);
+  await mercureUpdates(t, 'urn:standby:p', 0, 50);
+  await liveGlob.waitFor(100, 10_000);
+  await liveTopic.waitFor(50, 10_000);
+  await until(() => state(s) === 'lagging', 5000, 'the standby to be reported lagging');
+  const fallbacks = s.feed.reads.stats.fallbacks;
+  const glob = await openSse(t, `${s.url}/v1/events?stream=gp.*&from=earliest`);
+  await glob.waitFor(100, 10_000);
+  t.same(ids(glob), ids(liveGlob), 'the glob catch-up reads everything from the primary');
+  const topic = await mercure(t, s, 'urn:standby:p', { 'last-event-id': 'earliest' });
+  await topic.waitFor(50, 10_000);
+  t.same(ids(topic), ids(liveTopic), 'so does the Mercure catch-up');
+  t.ok(s.feed.reads.stats.fallbacks - fallbacks >= 100 / 20 + 50 / 20, 'their pages went to the primary');
+
+  await c().resume();
+  await until(() => state(s) === 'ok', 10_000, 'the standby to serve reads again');
+  t.equal((await publish(s.url, 'gp.b', { data: { n: 100 } })).status, 201);
+  await mercureUpdates(t, 'urn:standby:p', 50, 1);
+  for (const [r, n] of [
+    [liveGlob, 101],
+    [glob, 101],
+    [liveTopic, 51],
+    [topic, 51],
+  ] as const) {
+    await r.waitFor(n, 10_000);
+    t.same(datas(r), upTo(n), 'each subscriber: every event once, in order');
+  }
+});
+
+// Below a server, whose woken tail read finds a lagging standby first: here the standby still counts
+// as `ok` when a catch-up page meets it behind the page's bound.
+t.test('a glob or topic page from a standby behind its bound is read again on the primary', async (t) => {
+  const primary = sqlClient(t, c().primaryUrl);
+  await migrate(primary);
+  const reads = new FeedReads(primary, [{ name: 'standby', db: sqlClient(t, c().standbyUrl) }], {
+    lagWaitMs: 300,
+    probeIntervalMs: 100,
+    log: { warn() {}, info() {} },
+  });
+  t.teardown(() => reads.stop());
+  t.teardown(() => c().resume());
+  await reads.start();
+  const client = await primaryClient(t);
+  for (const [what, publishSql, read] of [
+    [
+      'glob',
+      `select commitfeed.publish('gh.a', '{"n":1}')`,
+      (after: Cursor, bound: Cursor) => (db: Db) => readAllNamesRange(db, after, bound, 100),
+    ],
+    [
+      'topic',
+      `select commitfeed.mercure_publish('urn:standby:h', '{"n":1}')`,
+      (after: Cursor, bound: Cursor) => (db: Db) => readTopicRange(db, ['urn:standby:h'], after, bound, 100),
+    ],
+  ] as const) {
+    await until(() => reads.status()[0].state === 'ok', 10_000, 'the standby to serve reads');
+    await c().pause();
+    const after = await currentHorizon(primary);
+    await client.query(publishSql);
+    const bound = await currentHorizon(primary);
+    const { fallbacks, standby } = reads.stats;
+    const page = await reads.range(bound, read(after, bound));
+    t.equal(page.events.length, 1, `the ${what} page holds the event the standby has not replayed`);
+    t.ok(horizonCovers(page.horizon, bound), 'its horizon covers the bound');
+    t.equal(reads.stats.standby, standby, "the standby's page was not kept");
+    t.equal(reads.stats.fallbacks, fallbacks + 1, 'it was read on the primary');
+    t.equal(reads.status()[0].state, 'lagging');
+    await c().resume();
+  }
 });
 
 t.test('replay paused: read-your-writes and live delivery fall over to the primary', async (t) => {

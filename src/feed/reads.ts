@@ -1,7 +1,8 @@
 /**
  * Where the feed's reads run: the primary, or the streaming hot standbys of READ_DATABASE_URL. The
- * tailer's tail reads and every catch-up page (SSE and JSON) go to a standby; writes, LISTEN, the
- * janitor, queues, start positions and trim marks stay on the primary.
+ * tailer's tail reads and every catch-up page (SSE and JSON; of streams, stream globs and Mercure
+ * topics) go to a standby; writes, LISTEN, the janitor, queues, start positions, trim marks and
+ * Mercure's id lookups stay on the primary.
  *
  * Two things make a standby read safe:
  * - A standby never receives NOTIFY, and a wake means "a commit happened on the primary". A woken
@@ -162,17 +163,18 @@ export class FeedReads {
   }
 
   /**
-   * A catch-up read: on a standby, kept when `complete(result)` says its snapshot held everything
-   * the reader needs (see horizonCovers), else read again after a pause, then on the primary.
+   * A catch-up page up to `upTo` (a position the tailer reached, or a read-your-writes position): on
+   * a standby, kept when the page's own horizon says its snapshot held every event up to `upTo`
+   * (horizonCovers), else read again after a pause, then on the primary.
    */
-  async range<T>(read: (db: Db) => Promise<T>, complete: (result: T) => boolean): Promise<T> {
+  async range<T extends { horizon: number }>(upTo: Cursor, read: (db: Db) => Promise<T>): Promise<T> {
     const s = this.pick();
     if (!s) return this.onPrimary(read);
     const deadline = Date.now() + this.opts.lagWaitMs;
     try {
       for (let pause = 1; ; pause = Math.min(pause * 2, MAX_PAUSE_MS)) {
         const r = await read(s.db);
-        if (complete(r)) {
+        if (horizonCovers(r.horizon, upTo)) {
           this.stats.standby++;
           s.reads++;
           return r;

@@ -33,7 +33,7 @@ import { readRangeFrames } from './queries/read-range-frames.ts';
 import { readTail } from './queries/read-tail.ts';
 import { readStartPosition } from './queries/start-position.ts';
 import { readTrimMark } from './queries/trim-mark.ts';
-import { FeedReads, horizonCovers } from './reads.ts';
+import { FeedReads } from './reads.ts';
 import { TailFloorTracker } from './tail-floor.ts';
 import { EventWindow } from './window.ts';
 
@@ -354,10 +354,7 @@ export class Tailer {
     if (fromWindow && this.inWindow(after) && compareCursors(upTo, this.window.tail) === 0) {
       events = this.window.read(streamSet, after, limit);
     } else {
-      const range = await this.reads.range(
-        (db) => readRange(db, streams, after, upTo, limit),
-        (r) => horizonCovers(r.horizon, upTo),
-      );
+      const range = await this.reads.range(upTo, (db) => readRange(db, streams, after, upTo, limit));
       if (compareCursors(after, range.trimMark) < 0) {
         return { events: [], position: range.trimMark, reset: range.trimMark };
       }
@@ -383,9 +380,8 @@ export class Tailer {
     const upTo = this.window.tail;
     if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
     if (!this.inWindow(after)) {
-      const page = await this.reads.range(
-        (db) => readRangeFrames(db, streams, after, upTo, limit, chunkBytes),
-        (p) => horizonCovers(p.horizon, upTo),
+      const page = await this.reads.range(upTo, (db) =>
+        readRangeFrames(db, streams, after, upTo, limit, chunkBytes),
       );
       if (compareCursors(after, page.trimMark) < 0) {
         return { chunks: [], count: 0, position: page.trimMark, more: true, reset: page.trimMark };

@@ -83,7 +83,7 @@ async function subscribe(
   );
   if (resume.header !== undefined) reply.header('mercure-last-event-id', resume.header);
   const selection = new MercureSelection({
-    db,
+    reads: feed.reads,
     tailer: feed.tailer,
     selectors: req.selectors,
     matcher,

@@ -8,13 +8,14 @@
  * Catch-up: when every matcher is an exact topic, pages come from the commitfeed.mercure_topics index
  * (only the connection's topics are read); otherwise (URL patterns, `*`) from the updates stream in
  * feed order through the tailer (its window when it covers the cursor), filtered here. Either way a
+ * page from the table is read on a standby when READ_DATABASE_URL names one (src/feed/reads.ts), a
  * page advances to the last row read, so a page that sends nothing still moves on, and it is bounded
  * by the page size, the tailer's position and retention.
  */
-import type { Db } from '../db/database.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
 import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
+import type { FeedReads } from '../feed/reads.ts';
 import type { Tailer } from '../feed/tailer.ts';
 import { ApiError } from '../errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
@@ -88,7 +89,7 @@ export function compileRequestSelectors(selectors: readonly TopicSelector[], hub
 }
 
 export interface MercureSelectionOptions {
-  db: Db;
+  reads: FeedReads;
   tailer: Tailer;
   selectors: readonly TopicSelector[];
   matcher: TopicMatcher;
@@ -144,7 +145,8 @@ export class MercureSelection implements Selection {
     let events: FeedEvent[];
     let position: Cursor;
     if (this.exactTopics !== undefined) {
-      const page = await readTopicRange(this.opts.db, this.exactTopics, after, upTo, limit);
+      const topics = this.exactTopics;
+      const page = await this.opts.reads.range(upTo, (db) => readTopicRange(db, topics, after, upTo, limit));
       if (compareCursors(after, page.trimMark) < 0) {
         return { chunks: [], count: 0, position: page.trimMark, more: true, reset: page.trimMark };
       }

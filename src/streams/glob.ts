@@ -9,15 +9,16 @@
  * its exact streams and of the streams its globs match, that the token may read (a glob reveals no
  * stream the token could not subscribe to by name), and frames them as a connection to several
  * streams does (`id: <cursor>/<stream>`). Catch-up pages through the whole feed in (txid, id) order
- * from the table, filtered in process; each page advances to the last row read, so it is bounded by
- * the page size and retention, and a trim sends the native `reset` frame like any stream read.
+ * from the table (on a standby when READ_DATABASE_URL names one, like every catch-up read: see
+ * src/feed/reads.ts), filtered in process; each page advances to the last row read, so it is bounded
+ * by the page size and retention, and a trim sends the native `reset` frame like any stream read.
  */
-import type { Db } from '../db/database.ts';
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
 import { namedSseFrame, resetFrame } from '../feed/frames.ts';
 import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
 import { readAllNamesRange } from '../feed/queries/all-names-range.ts';
+import type { FeedReads } from '../feed/reads.ts';
 import type { Tailer } from '../feed/tailer.ts';
 
 /** A stream parameter of /v1/events: a name, or a glob when it holds `*`. */
@@ -37,7 +38,7 @@ export function globRegExp(glob: string): RegExp {
 }
 
 export interface GlobSelectionOptions {
-  db: Db;
+  reads: FeedReads;
   tailer: Tailer;
   names: readonly string[];
   globs: readonly string[];
@@ -80,7 +81,9 @@ export class GlobSelection implements Selection {
   async readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead> {
     const upTo = this.opts.tailer.position;
     if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
-    const { events, trimMark } = await readAllNamesRange(this.opts.db, after, upTo, limit);
+    const { events, trimMark } = await this.opts.reads.range(upTo, (db) =>
+      readAllNamesRange(db, after, upTo, limit),
+    );
     if (compareCursors(after, trimMark) < 0) {
       return { chunks: [], count: 0, position: trimMark, more: true, reset: trimMark };
     }

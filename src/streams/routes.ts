@@ -9,7 +9,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorize, canSubscribe } from '../auth/policy.ts';
 import { OPEN } from '../auth/tokens.ts';
-import type { Db } from '../db/database.ts';
 import { GlobSelection, isGlob } from './glob.ts';
 import type { Config } from '../config/config.ts';
 import { ApiError } from '../errors.ts';
@@ -40,7 +39,6 @@ interface ReadQuery {
 interface StreamDeps {
   feed: Feed;
   config: Config;
-  db: Db;
 }
 
 export function streamRoutes(app: FastifyInstance, deps: StreamDeps): void {
@@ -156,7 +154,7 @@ function sseRead(
   reply: FastifyReply,
   read: { streams: string[]; names: string[]; globs: string[]; start: Cursor },
 ): FastifyReply {
-  const { feed, config, db } = deps;
+  const { feed, config } = deps;
   const { streams, names, globs, start } = read;
   const stream = openSseStream(request, reply, {
     retryMs: config.sseRetryMs,
@@ -168,7 +166,7 @@ function sseRead(
     globs.length === 0
       ? undefined
       : new GlobSelection({
-          db,
+          reads: feed.reads,
           tailer: feed.tailer,
           names,
           globs,
