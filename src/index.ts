@@ -13,9 +13,8 @@
  */
 import { Kysely, PostgresDialect, type PostgresPool } from 'kysely';
 import type { Db } from './db/database.ts';
-import type { EventInput } from './feed/event.ts';
+import { type EventBody, type EventInput, toEventInput } from './feed/event.ts';
 import { type AppendResult, appendEvents } from './feed/queries/append.ts';
-import { toEventInput } from './feed/validate.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from './queues/enqueue.ts';
 import { type JobBody, toJobInput } from './queues/validate.ts';
 import { HUB_PATH, type UpdateInput, appendUpdates, updateFromInput } from './mercure/publish.ts';
@@ -35,12 +34,10 @@ export type Executor =
   // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature
   | { query(text: string, values?: any[]): Promise<any> };
 
-export interface PublishOptions {
-  /** The SSE event name (1-200 characters, no control characters). */
-  type?: string;
-  /** Idempotency key, unique per stream: publishing it again appends nothing and returns the original. */
-  key?: string;
-}
+/** An event's optional fields (EVENT_FIELDS in src/feed/event.ts): `type`, the SSE event name (1-200
+ * characters, no control characters); `key`, an idempotency key, unique per stream: publishing it again
+ * appends nothing and returns the original. */
+export type PublishOptions = Omit<EventBody, 'data'>;
 
 export interface PublishInput extends PublishOptions {
   stream: string;

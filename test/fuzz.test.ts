@@ -6,7 +6,7 @@ import { parseSse } from '../src/client/sse.ts';
 import { type Cursor, compareCursors, formatCursor, parseCursor } from '../src/feed/cursor.ts';
 import { sseFrame } from '../src/feed/frames.ts';
 import type { FeedEvent } from '../src/feed/event.ts';
-import { toEventInput } from '../src/feed/validate.ts';
+import { toEventInput } from '../src/feed/event.ts';
 import { jsonDepth } from '../src/http/input.ts';
 
 const SEED = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31);

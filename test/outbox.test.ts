@@ -5,7 +5,7 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { ApiError } from '../src/errors.ts';
 import { appendEvents } from '../src/feed/queries/append.ts';
-import { toEventInput } from '../src/feed/validate.ts';
+import { toEventInput } from '../src/feed/event.ts';
 import { publish, publishMany } from '../src/index.ts';
 import type { Server } from '../src/server.ts';
 import {

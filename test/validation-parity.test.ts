@@ -6,7 +6,7 @@
 import type pg from 'pg';
 import t from 'tap';
 import { migrate } from '../src/db/migrate.ts';
-import { toEventInput } from '../src/feed/validate.ts';
+import { toEventInput } from '../src/feed/event.ts';
 import { toJobInput } from '../src/queues/validate.ts';
 import { pgClient, sqlClient, testDatabase } from './helpers.ts';
 

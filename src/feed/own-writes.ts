@@ -22,7 +22,7 @@
  * `maxEvents` held events and later commits are read from the table until the tailer catches up.
  */
 import { type Cursor, compareCursors } from './cursor.ts';
-import type { EventInput, FeedEvent } from './event.ts';
+import type { EventFields, FeedEvent } from './event.ts';
 import { feedEvent } from './event.ts';
 
 interface Written {
@@ -30,7 +30,7 @@ interface Written {
   txid: number;
   /** Ascending (ids are taken in input order). */
   ids: number[];
-  events: readonly EventInput[];
+  events: readonly EventFields[];
   ms: number;
 }
 
@@ -43,7 +43,7 @@ export class OwnWrites {
   constructor(private readonly maxEvents: number) {}
 
   /** Keeps one committed statement's events: transaction `tx`, `ids[i]` is `events[i]`'s row. */
-  record(tx: string, ids: number[], events: readonly EventInput[], ms: number): void {
+  record(tx: string, ids: number[], events: readonly EventFields[], ms: number): void {
     if (this.held + events.length > this.maxEvents) {
       this.stats.skipped += events.length;
       return;

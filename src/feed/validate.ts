@@ -1,11 +1,10 @@
 /**
- * One definition of what a valid event is, shared by the HTTP routes, the transaction endpoint and
- * the library API; the name, type and key rules serve jobs too (src/queues/validate.ts). The SQL
- * functions (src/sql/) restate them for callers that reach the database directly, and
+ * The rules of names, event types and keys, shared by the HTTP routes, the transaction endpoint and
+ * the library API: toEventInput (event.ts) applies them to an event, src/queues/validate.ts to a job.
+ * The SQL functions (src/sql/) restate them for callers that reach the database directly, and
  * test/validation-parity.test.ts checks that both sides accept and refuse the same inputs.
  */
 import { ApiError } from '../errors.ts';
-import type { CheckedEventInput } from './event.ts';
 import { NAME_PATTERN } from './names.ts';
 
 const NAME_RE = new RegExp(NAME_PATTERN);
@@ -25,7 +24,8 @@ function codePoints(s: string): number {
   return n;
 }
 
-const invalid = (message: string) => new ApiError(400, 'invalid_request', message);
+/** The API's 400 for input its schema would refuse. */
+export const invalid = (message: string) => new ApiError(400, 'invalid_request', message);
 
 /** A stream or queue name (`what` says which). */
 export function assertName(name: unknown, what = 'stream'): asserts name is string {
@@ -62,35 +62,4 @@ export function assertKey(key: unknown, where: string, field = 'key'): asserts k
       `${where}.${field} must be a string of 1-${KEY_MAX_LENGTH} characters (no NUL, well-formed Unicode)`,
     );
   }
-}
-
-/** The JSON body of one event, as accepted by the API. */
-export interface EventBody {
-  data: unknown;
-  type?: string;
-  key?: string;
-}
-
-/** Checks one event and turns it into a row to append; `where` names it in error messages. */
-export function toEventInput(
-  stream: string,
-  body: EventBody,
-  maxEventBytes: number,
-  where = 'event',
-): CheckedEventInput {
-  assertName(stream);
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw invalid(`${where} must be a JSON object with a "data" property`);
-  }
-  if (!('data' in body) || body.data === undefined) {
-    throw invalid(`${where} must have required property 'data'`);
-  }
-  assertType(body.type, where);
-  assertKey(body.key, where);
-  const data = JSON.stringify(body.data);
-  // Cheap bound first: a UTF-16 length can be at most 3 UTF-8 bytes per unit.
-  if (data.length * 3 > maxEventBytes && Buffer.byteLength(data) > maxEventBytes) {
-    throw new ApiError(413, 'event_too_large', `${where}.data is larger than ${maxEventBytes} bytes`);
-  }
-  return { stream, type: body.type ?? null, key: body.key ?? null, data } as CheckedEventInput;
 }

@@ -15,8 +15,7 @@ import { ApiError } from '../errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { type Cursor, START, compareCursors, formatCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
-import type { FeedEvent } from '../feed/event.ts';
-import { type EventBody, toEventInput } from '../feed/validate.ts';
+import { type EventBody, type FeedEvent, eventJson, toEventInput } from '../feed/event.ts';
 import {
   multiReadQuery,
   publishBody,
@@ -239,9 +238,4 @@ async function pollPage(
     await feed.hub.waitForEvents(streams, left, abort.signal);
   }
   return { events, reset, waited };
-}
-
-/** JSON for one event, with `data` passed through as stored (no parse, no re-serialise). */
-function eventJson(e: FeedEvent): string {
-  return `{"id":"${e.cursor}","stream":${JSON.stringify(e.stream)},"type":${e.type === null ? 'null' : JSON.stringify(e.type)},"key":${e.key === null ? 'null' : JSON.stringify(e.key)},"data":${e.data},"time":"${new Date(e.ms).toISOString()}"}`;
 }

@@ -1,5 +1,5 @@
 /** Route schemas: request validation, response serialisation and (later) OpenAPI from one source. */
-import { TYPE_PATTERN } from '../feed/validate.ts';
+import { EVENT_BODY_SCHEMA, EVENT_JSON_SCHEMA } from '../feed/event.ts';
 import { NAME_PATTERN } from '../feed/names.ts';
 import { CURSOR_PATTERN } from '../feed/cursor.ts';
 import { errorSchema } from '../http/errors.ts';
@@ -14,19 +14,8 @@ export const streamParams = {
   properties: { stream: { type: 'string', pattern: NAME_PATTERN } },
 } as const;
 
-export const eventInput = {
-  type: 'object',
-  required: ['data'],
-  additionalProperties: false,
-  properties: {
-    data: { description: 'any JSON value' },
-    type: { type: 'string', pattern: TYPE_PATTERN, description: 'SSE event name' },
-    key: { type: 'string', minLength: 1, maxLength: 200, description: 'idempotency key, unique per stream' },
-  },
-} as const;
-
 export const publishBody = batchOf(
-  eventInput,
+  EVENT_BODY_SCHEMA,
   MAX_BATCH,
   'one event, or an array of events published in one transaction',
 );
@@ -82,18 +71,6 @@ export const multiReadQuery = {
   },
 } as const;
 
-const eventRead = {
-  type: 'object',
-  properties: {
-    id: { type: 'string', description: 'cursor: pass as `after` or `Last-Event-ID` to resume after it' },
-    stream: { type: 'string' },
-    type: { type: ['string', 'null'] },
-    key: { type: ['string', 'null'] },
-    data: { description: 'the event data as published' },
-    time: { type: 'string', format: 'date-time' },
-  },
-} as const;
-
 /** GET reads answer SSE or JSON by `Accept`; the handler writes both itself (these document them). */
 export const readResponse = {
   200: {
@@ -105,7 +82,7 @@ export const readResponse = {
         schema: {
           type: 'object',
           properties: {
-            events: { type: 'array', items: eventRead },
+            events: { type: 'array', items: EVENT_JSON_SCHEMA },
             next: { type: 'string', description: 'cursor to pass as `after` for the next page' },
           },
         },

@@ -8,9 +8,15 @@ import type { Kysely } from 'kysely';
 import type { Database, Db } from '../db/database.ts';
 import { ApiError } from '../errors.ts';
 import type { Feed } from '../feed/feed.ts';
-import type { CheckedEventInput, EventInput } from '../feed/event.ts';
+import {
+  type CheckedEventInput,
+  EVENT_BODY_SCHEMA,
+  type EventBody,
+  type EventInput,
+  toEventInput,
+} from '../feed/event.ts';
 import { type AppendResult, appendEvents } from '../feed/queries/append.ts';
-import { type EventBody, assertName, toEventInput } from '../feed/validate.ts';
+import { assertName } from '../feed/validate.ts';
 import { type EnqueueResult, type JobInput, enqueueJobs } from '../queues/enqueue.ts';
 import { HUB_PATH, type MercureUpdate, appendUpdates, updateFromInput } from '../mercure/publish.ts';
 import { jobInput } from '../queues/schemas.ts';
@@ -26,7 +32,7 @@ export type TxOp =
 export type TxResult = { publish: AppendResult } | { enqueue: EnqueueResult } | { mercure: { id: string } };
 
 // The fields of each op: its own endpoint's body, plus the stream or queue it goes to.
-const PUBLISH_FIELDS = new Set(['stream', 'data', 'type', 'key']);
+const PUBLISH_FIELDS = new Set(['stream', ...Object.keys(EVENT_BODY_SCHEMA.properties)]);
 const ENQUEUE_FIELDS = new Set(['queue', ...Object.keys(jobInput.properties)]);
 
 const isObject = (v: unknown): v is Record<string, unknown> =>

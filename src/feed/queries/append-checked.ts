@@ -7,14 +7,15 @@
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../../db/database.ts';
 import { prepared } from '../../db/prepared.ts';
-import type { CheckedEventInput } from '../event.ts';
+import { type CheckedEventInput, FIELD_NAMES } from '../event.ts';
 import type { OwnWrites } from '../own-writes.ts';
 import { type AppendResult, appendParams, appendResults } from './append.ts';
 import { appendPlain } from './append-plain.ts';
+import { arrayArgs } from './event-columns.ts';
 
 /** commitfeed.append's statement without the input checks, for events toEventInput() accepted. */
 const APPEND_UNCHECKED_SQL = prepared(
-  'select cursor, duplicate from commitfeed.append_unchecked($1::text[], $2::text[], $3::text[], $4::json[])',
+  `select cursor, duplicate from commitfeed.append_unchecked(${arrayArgs(FIELD_NAMES)})`,
 );
 
 /**

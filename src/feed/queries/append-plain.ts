@@ -6,12 +6,16 @@ import { CompiledQuery } from 'kysely';
 import { columns } from '../../db/columns.ts';
 import type { Db } from '../../db/database.ts';
 import { prepared } from '../../db/prepared.ts';
-import type { CheckedEventInput } from '../event.ts';
+import { type CheckedEventInput, FIELD_NAMES } from '../event.ts';
 import type { OwnWrites } from '../own-writes.ts';
 import { type AppendResult, expectOnePerEvent } from './append.ts';
+import { arrayArgs } from './event-columns.ts';
+
+/** Every field but the key. */
+const PLAIN_FIELDS = FIELD_NAMES.filter((f) => f !== 'key');
 
 const APPEND_PLAIN_SQL = prepared(
-  'select tx, ids, ms from commitfeed.append_plain($1::text[], $2::text[], $3::json[])',
+  `select tx, ids, ms from commitfeed.append_plain(${arrayArgs(PLAIN_FIELDS)})`,
 );
 
 /**
@@ -24,7 +28,7 @@ export async function appendPlain(
   own: OwnWrites | undefined,
 ): Promise<AppendResult[]> {
   const { rows } = await db.executeQuery<{ tx: string; ids: string; ms: number }>(
-    CompiledQuery.raw(APPEND_PLAIN_SQL, columns(events, ['stream', 'type', 'data'])),
+    CompiledQuery.raw(APPEND_PLAIN_SQL, columns(events, PLAIN_FIELDS)),
   );
   const texts = rows[0]?.ids.split(',') ?? [];
   expectOnePerEvent('commitfeed.append_plain', texts.length, events);

@@ -9,7 +9,8 @@ import { CompiledQuery } from 'kysely';
 import { columns } from '../../db/columns.ts';
 import type { Db } from '../../db/database.ts';
 import { prepared } from '../../db/prepared.ts';
-import type { EventInput } from '../event.ts';
+import { type EventInput, FIELD_NAMES } from '../event.ts';
+import { arrayArgs } from './event-columns.ts';
 
 export interface AppendResult {
   /** The event's cursor. */
@@ -19,13 +20,11 @@ export interface AppendResult {
   duplicate: boolean;
 }
 
-const APPEND_SQL = prepared(
-  'select cursor, duplicate from commitfeed.append($1::text[], $2::text[], $3::text[], $4::json[])',
-);
+const APPEND_SQL = prepared(`select cursor, duplicate from commitfeed.append(${arrayArgs(FIELD_NAMES)})`);
 
-/** The append functions' parameters: one array per column. */
+/** The parameters of commitfeed.append and append_unchecked: one array per field (a field left out: null). */
 export function appendParams(events: readonly EventInput[]): unknown[] {
-  return columns(events, ['stream', 'type', 'key', 'data']);
+  return columns(events, FIELD_NAMES);
 }
 
 /** An append's answer carries one result per event: anything else is a bug, never bad input. */
