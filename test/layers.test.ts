@@ -128,7 +128,7 @@ t.test('no import cycles', async (t) => {
 const MAX_FILE_LINES = 350;
 const MAX_FUNCTION_LINES = 80;
 /** Files past a limit today; the list only shrinks. */
-const OVERSIZE = ['feed/hub.ts', 'feed/tailer.ts'];
+const OVERSIZE: string[] = [];
 
 t.test(`no file in src/ over ${MAX_FILE_LINES} lines, no function over ${MAX_FUNCTION_LINES}`, async (t) => {
   const long: string[] = [];

@@ -48,6 +48,29 @@ function frameRest(e: FeedEvent): string {
   return e.type === null ? `data: ${data}\n\n` : `event: ${e.type}\ndata: ${data}\n\n`;
 }
 
+/** The frames of the events `frameOf` takes (undefined: skipped), in chunks of about `chunkBytes`. */
+export function chunkFrames(
+  events: readonly FeedEvent[],
+  frameOf: (e: FeedEvent) => string | undefined,
+  chunkBytes: number,
+): { chunks: string[]; count: number } {
+  const chunks: string[] = [];
+  let chunk = '';
+  let count = 0;
+  for (const e of events) {
+    const frame = frameOf(e);
+    if (frame === undefined) continue;
+    count++;
+    if (chunk.length + frame.length > chunkBytes && chunk !== '') {
+      chunks.push(chunk);
+      chunk = '';
+    }
+    chunk += frame;
+  }
+  if (chunk !== '') chunks.push(chunk);
+  return { chunks, count };
+}
+
 /** sseFrame() in SQL, for a row `f` of commitfeed.feed. */
 export const SSE_FRAME_SQL = frameSql('');
 

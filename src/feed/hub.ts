@@ -1,109 +1,29 @@
 /**
- * The hub fans the tailer's pages out to subscribers by stream, and runs each subscriber's catch-up.
+ * The hub fans the tailer's pages out to subscribers by stream, and starts each subscriber's
+ * catch-up (catch-up.ts), which hands it over to live delivery here once it reaches the tail.
  *
  * A subscription is either live (at the tail: the hub writes new events to it as the tailer reads
  * them, one write per page) or catching up (its own paged reads, from the window or the table, until
  * it reaches the tail). The switch happens synchronously against the tailer's position, so no event
  * is missed or repeated at the hand-over. A live subscriber whose socket buffer fills stops being
  * live, and after `drain` catches up from its cursor like a reconnecting one: memory per subscriber
- * is bounded by one page whatever the publish rate.
+ * is bounded by one page whatever the publish rate. Long-polls and in-process listeners wait here
+ * for the events of their streams too.
  *
  * A subscriber whose socket takes no bytes for `slowSubscriberMaxMs` (a client that stopped reading)
  * is dropped by a periodic sweep: every frame it was sent carries its id, so it resumes from the last
  * one it actually received and loses nothing, and the server holds no buffer for it any longer.
  *
- * Lifecycle: one hub per process, created with the tailer. `close(chunk)` writes `chunk` (a `retry:`
- * hint) to every subscriber and ends them. A catch-up read that fails (database down) ends that
- * subscriber with an `unavailable` event and a `retry:` hint; the client resumes from its last id.
+ * Lifecycle: one hub per process, created with the tailer; its heartbeat and sweep run on unref'd
+ * intervals. `close(chunk)` stops them, writes `chunk` (a `retry:` hint) to every subscriber, ends
+ * them and releases every long-poll. A catch-up read that fails ends that subscriber only (catch-up.ts).
  */
-import { type Cursor, compareCursors, maxCursor } from './cursor.ts';
-import { namedSseFrame, namesStreams, resetFrame, sseFrame } from './frames.ts';
+import { CatchUp } from './catch-up.ts';
+import { type Cursor, compareCursors } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
+import { namedSseFrame, sseFrame } from './frames.ts';
+import { type Selection, type Sink, Subscription } from './subscription.ts';
 import type { Tailer } from './tailer.ts';
-
-/** Where a subscription's bytes go (an SSE response). */
-export interface Sink {
-  /** False when the buffer is full: stop writing until `drained()` resolves. */
-  write(chunk: string): boolean;
-  /** Resolves on `drain` or when the sink closes. */
-  drained(): Promise<void>;
-  end(chunk?: string): void;
-  /** Drops the connection at once (a subscriber that stopped reading). */
-  destroy?(): void;
-  /** Bytes written but not yet taken by the socket. */
-  buffered?(): number;
-}
-
-/** A page of catch-up frames (see Tailer.readFrames). */
-export type FramesRead = Awaited<ReturnType<Tailer['readFrames']>>;
-
-/**
- * A subscription that chooses its own events (the Mercure hub's topic matchers, native stream
- * globs): it is offered every event of its streams (of every stream with `allStreams`), keeps those
- * `accepts` takes, frames them its own way, and catches up with its own reader. The hand-over, the
- * backpressure and the slow-subscriber rules are the hub's, as for any subscription.
- */
-export interface Selection {
-  readonly allStreams?: boolean;
-  accepts(e: FeedEvent): boolean;
-  frame(e: FeedEvent): string;
-  readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead>;
-  /** Retention dropped events past the cursor during catch-up: a chunk to write (and whether to end
-   * the stream with it), or undefined to go on from the mark silently (the selection tells its
-   * client in its own way). */
-  onReset(mark: Cursor): { chunk: string; end: boolean } | undefined;
-}
-
-/** The frames of the events `frameOf` takes (undefined: skipped), in chunks of about `chunkBytes`. */
-export function chunkFrames(
-  events: readonly FeedEvent[],
-  frameOf: (e: FeedEvent) => string | undefined,
-  chunkBytes: number,
-): { chunks: string[]; count: number } {
-  const chunks: string[] = [];
-  let chunk = '';
-  let count = 0;
-  for (const e of events) {
-    const frame = frameOf(e);
-    if (frame === undefined) continue;
-    count++;
-    if (chunk.length + frame.length > chunkBytes && chunk !== '') {
-      chunks.push(chunk);
-      chunk = '';
-    }
-    chunk += frame;
-  }
-  if (chunk !== '') chunks.push(chunk);
-  return { chunks, count };
-}
-
-export class Subscription {
-  live = false;
-  closed = false;
-  pumping = false;
-  /** Frames gathered for this subscriber during one fan-out. */
-  pending = '';
-  /** When a write last found the socket full (0: not blocked). Read by the slow-subscriber sweep. */
-  blockedSince = 0;
-  /** The sink's unsent bytes at the last sweep: a client that is taking bytes is slow, not stuck. */
-  lastBuffered = 0;
-  readonly streamSet: ReadonlySet<string>;
-  /** Its frames name their stream (a connection to several streams: see frames.ts). */
-  readonly named: boolean;
-
-  constructor(
-    readonly streams: readonly string[],
-    public cursor: Cursor,
-    readonly sink: Sink,
-    readonly selection?: Selection,
-  ) {
-    this.streamSet = new Set(streams);
-    this.named = namesStreams(streams);
-  }
-}
-
-/** Catch-up frames are written in chunks of about this size; a larger event is its own chunk. */
-const CHUNK_BYTES = 64 * 1024;
 
 export interface HubOptions {
   pageSize: number;
@@ -130,11 +50,19 @@ export class Hub {
   /** delivered: live fan-out writes; frames: event frames written (live and catch-up); dropped: slow
    * subscribers cut off. Read by /metrics at scrape time. */
   readonly stats = { delivered: 0, frames: 0, dropped: 0 };
+  private readonly catchUp: CatchUp;
 
   constructor(
     private readonly tailer: Tailer,
     private readonly opts: HubOptions,
   ) {
+    this.catchUp = new CatchUp(tailer, {
+      pageSize: opts.pageSize,
+      sseRetryMs: opts.sseRetryMs,
+      log: opts.log,
+      stats: this.stats,
+      unsubscribe: (sub) => this.unsubscribe(sub),
+    });
     this.heartbeat = setInterval(() => this.beat(), opts.heartbeatMs);
     this.heartbeat.unref();
     const slowMs = opts.slowSubscriberMaxMs ?? 30000;
@@ -163,7 +91,7 @@ export class Hub {
         if (set) set.add(sub);
         else this.byStream.set(s, new Set([sub]));
       }
-    void this.pump(sub);
+    void this.catchUp.run(sub);
     return sub;
   }
 
@@ -216,7 +144,7 @@ export class Hub {
         sub.blockedSince = Date.now();
         void sub.sink.drained().then(() => {
           sub.blockedSince = 0;
-          return this.pump(sub);
+          return this.catchUp.run(sub);
         });
       }
     }
@@ -274,75 +202,6 @@ export class Hub {
       if (set?.size === 0) this.waiters.delete(s);
     }
     w.wake();
-  }
-
-  /**
-   * Catch-up: reads pages after the subscriber's cursor until it reaches the tail, then goes live.
-   * A page arrives as chunks of frames (built by PostgreSQL when it comes from the table) and is
-   * written whole, so memory per subscriber stays about one page; a full socket pauses the loop
-   * until it drains. While one page is written, the next is already being read.
-   */
-  private async pump(sub: Subscription): Promise<void> {
-    if (sub.pumping) return;
-    sub.pumping = true;
-    let ahead: { after: Cursor; page: ReturnType<Hub['readPage']> } | undefined;
-    try {
-      while (!sub.closed) {
-        // Synchronous with fan-out: once at the tail, every later event reaches us through onEvents.
-        if (compareCursors(sub.cursor, this.tailer.position) >= 0) {
-          sub.live = true;
-          return;
-        }
-        const page = await (ahead !== undefined && compareCursors(ahead.after, sub.cursor) === 0
-          ? ahead.page
-          : this.readPage(sub, sub.cursor));
-        ahead = undefined;
-        if (sub.closed) return;
-        if (page.reset) {
-          // Retention dropped events past this cursor: say so before anything else, then go on
-          // from the trim mark (the frame's id moves the client's Last-Event-ID there too).
-          const said = sub.selection
-            ? sub.selection.onReset(page.reset)
-            : { chunk: resetFrame(page.reset), end: false };
-          if (said?.end) {
-            sub.sink.end(said.chunk);
-            this.unsubscribe(sub);
-            return;
-          }
-          if (said !== undefined) sub.sink.write(said.chunk);
-          sub.cursor = page.position;
-          continue;
-        }
-        if (page.more) {
-          ahead = { after: page.position, page: this.readPage(sub, page.position) };
-          ahead.page.catch(() => {}); // an unused read-ahead must not be an unhandled rejection
-        }
-        this.stats.frames += page.count;
-        let ok = true;
-        for (const chunk of page.chunks) ok = sub.sink.write(chunk) && ok;
-        sub.cursor = maxCursor(sub.cursor, page.position);
-        if (!ok) {
-          sub.blockedSince = Date.now();
-          await sub.sink.drained();
-          sub.blockedSince = 0;
-        }
-      }
-    } catch (err) {
-      this.opts.log.warn({ err: (err as Error).message }, 'catch-up read failed; closing subscriber');
-      const body = JSON.stringify({
-        code: 'unavailable',
-        message: 'database unavailable; reconnect to resume',
-      });
-      sub.sink.end(`event: unavailable\ndata: ${body}\nretry: ${this.opts.sseRetryMs}\n\n`);
-      this.unsubscribe(sub);
-    } finally {
-      sub.pumping = false;
-    }
-  }
-
-  private readPage(sub: Subscription, after: Cursor): ReturnType<Tailer['readFrames']> {
-    if (sub.selection !== undefined) return sub.selection.readPage(after, this.opts.pageSize, CHUNK_BYTES);
-    return this.tailer.readFrames(sub.streams, sub.streamSet, after, this.opts.pageSize, CHUNK_BYTES);
   }
 
   /**

@@ -20,21 +20,22 @@
  * past rows actually handed to the hub, so nothing is skipped when the database comes back.
  * With READ_DATABASE_URL, tail and catch-up reads run on a standby through FeedReads (reads.ts),
  * which makes a woken read wait for the standby's replay and falls back to the primary.
+ * Readers behind the tail are served by catch-up-reads.ts, from the window when it covers their
+ * cursor; the window vouches only for cursors at or past the trim marks it has seen (trim-marks.ts).
  */
 import type { Db } from '../db/database.ts';
+import { CatchUpReads, type EventsRead, type FramesRead, type LiveTail } from './catch-up-reads.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
-import { framerFor } from './frames.ts';
 import type { FeedEvent } from './event.ts';
 import { type OwnWrites, mergeInOrder } from './own-writes.ts';
 import { currentHorizon } from './queries/current-horizon.ts';
 import { floorMark } from './queries/floor-mark.ts';
-import { readRange } from './queries/read-range.ts';
-import { readRangeFrames } from './queries/read-range-frames.ts';
 import { readTail } from './queries/read-tail.ts';
 import { readStartPosition } from './queries/start-position.ts';
-import { readTrimMark } from './queries/trim-mark.ts';
 import { FeedReads } from './reads.ts';
 import { TailFloorTracker } from './tail-floor.ts';
+import { TrimMarks } from './trim-marks.ts';
+import { Wakes } from './wakes.ts';
 import { EventWindow } from './window.ts';
 
 export interface TailerOptions {
@@ -60,16 +61,11 @@ const FAST_POLL_MIN_MS = 2;
 const FAST_POLL_MAX_MS = 100;
 const ERROR_BACKOFF_MAX_MS = 5000;
 
-export class Tailer {
+export class Tailer implements LiveTail {
   private window!: EventWindow;
   /** The window only vouches for cursors at or past this: rows below a trim mark the tailer had not
    * yet read when it learned of it may be gone without ever reaching the window. */
   private coverFloor: Cursor = START;
-  /** The highest trim mark seen (retention dropped every event at or before it). */
-  private trimMark: Cursor = START;
-  /** The trim-mark read in flight, and the one queued behind it (see currentTrimMark). */
-  private markRead: Promise<Cursor> | undefined;
-  private markNext: Promise<Cursor> | undefined;
   private running = false;
   private again = false;
   private stopped = true;
@@ -82,14 +78,10 @@ export class Tailer {
   private errorBackoffMs = 0;
   /** When rows first started waiting behind the horizon (0: none waiting). */
   private waitingSince = 0;
-  /** Wakes asked for, and the last one a completed read is known to cover (see settled()). */
-  private wakesRequested = 0;
-  private wakesCovered = 0;
-  private settleWaiters: { target: number; resolve: () => void }[] = [];
-  /** Wakes from a commit (NOTIFY, local poke), and those the last read started after (see FeedReads.tail). */
-  private commitWakes = 0;
-  private commitWakesRead = 0;
+  private readonly wakes = new Wakes();
   private readonly reads: FeedReads;
+  private readonly marks: TrimMarks;
+  private readonly catchUp: CatchUpReads;
   private readonly floor: TailFloorTracker;
   /** fallbackWakes: reads started by the timer (idle poll, re-poll behind the horizon, backoff);
    * deferredWakes: commit wakes deferred while idle; deferredReads: reads their timer started. */
@@ -108,6 +100,8 @@ export class Tailer {
     private readonly opts: TailerOptions,
   ) {
     this.reads = opts.reads ?? new FeedReads(db, [], { lagWaitMs: 0, log: opts.log });
+    this.marks = new TrimMarks(db);
+    this.catchUp = new CatchUpReads(this, this.reads, this.marks);
     this.floor = new TailFloorTracker(opts.floorMarginMs ?? 0);
   }
 
@@ -144,8 +138,7 @@ export class Tailer {
   /** Asks for a read soon; cheap to call often (wakes coalesce into one read). `commit`: false for
    * the tailer's own timer (nothing says a commit happened). */
   wake(commit = true): void {
-    this.wakesRequested++;
-    if (commit) this.commitWakes++;
+    this.wakes.ask(commit);
     if (this.stopped) return;
     const delay = this.opts.idleDelayMs ?? 0;
     if (commit && delay > 0 && this.opts.idle?.()) {
@@ -189,16 +182,14 @@ export class Tailer {
       for (;;) {
         this.again = false;
         this.deferred = false;
-        const covers = this.wakesRequested;
-        const woken = this.commitWakes !== this.commitWakesRead;
-        this.commitWakesRead = this.commitWakes;
+        const { covers, woken } = this.wakes.reading();
         const page = await this.reads.tail(woken, (db) =>
           readTail(db, this.window.tail, this.opts.pageSize, this.opts.own, this.floor.floor),
         );
         if (compareCursors(this.window.tail, page.trimMark) < 0) {
           this.coverFloor = maxCursor(this.coverFloor, page.trimMark);
         }
-        this.trimMark = maxCursor(this.trimMark, page.trimMark);
+        this.marks.saw(page.trimMark);
         this.stats.reads++;
         this.stats.lastReadAt = Date.now();
         this.errorBackoffMs = 0;
@@ -207,7 +198,7 @@ export class Tailer {
         const horizon = horizonCursor(page.horizon);
         // A full page may have more behind it; otherwise everything below the horizon has been read.
         // (Every row read is from a transaction below the horizon, so the horizon is past them all.)
-        const tail = full ? rows[rows.length - 1] : maxOf(this.window.tail, horizon);
+        const tail = full ? rows[rows.length - 1] : maxCursor(this.window.tail, horizon);
         // This process's own events the page skipped, within the same bounds (own-writes.ts).
         const own = this.opts.own;
         const events =
@@ -226,8 +217,7 @@ export class Tailer {
         this.stats.events += events.length;
         if (events.length > 0) this.opts.onEvents(events);
         if (full) continue;
-        this.wakesCovered = covers;
-        this.releaseSettled();
+        this.wakes.readUpTo(covers);
         if (page.waiting) {
           if (this.waitingSince === 0) this.waitingSince = Date.now();
           next = this.fastPollMs;
@@ -264,7 +254,7 @@ export class Tailer {
    * A position past the tail is fine for a subscriber: the hub skips events at or before its cursor.
    */
   async safePosition(maxMs: number): Promise<Cursor | undefined> {
-    if (this.wakesCovered >= this.wakesRequested && this.waitingSince === 0) return this.window.tail;
+    if (this.wakes.allCovered && this.waitingSince === 0) return this.window.tail;
     const deadline = Date.now() + maxMs;
     for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
       const { horizon, waiting } = await readStartPosition(this.db);
@@ -281,26 +271,9 @@ export class Tailer {
    * still behind the horizon (see safePosition for a position that is one).
    */
   settled(maxMs = 1000): Promise<void> {
-    if (this.wakesCovered >= this.wakesRequested || this.stopped) return Promise.resolve();
+    if (this.wakes.allCovered || this.stopped) return Promise.resolve();
     this.hurry();
-    return new Promise((resolve) => {
-      const w = { target: this.wakesRequested, resolve };
-      this.settleWaiters.push(w);
-      setTimeout(() => {
-        this.settleWaiters = this.settleWaiters.filter((x) => x !== w);
-        resolve();
-      }, maxMs).unref();
-    });
-  }
-
-  private releaseSettled(): void {
-    if (this.settleWaiters.length === 0) return;
-    const still: typeof this.settleWaiters = [];
-    for (const w of this.settleWaiters) {
-      if (w.target <= this.wakesCovered) w.resolve();
-      else still.push(w);
-    }
-    this.settleWaiters = still;
+    return this.wakes.covered(maxMs);
   }
 
   private schedule(ms: number): void {
@@ -326,139 +299,44 @@ export class Tailer {
     this.timerAt = Number.POSITIVE_INFINITY;
   }
 
-  /**
-   * Up to `limit` events of `streams` after `after`, from the window when it covers the cursor,
-   * else from the table; never past the tail (or `reach`), so every event returned is final. `position` is where
-   * the next read continues: the last event returned, or the tail when nothing else matched.
-   *
-   * `reset` (with no events): `after` is below the trim mark, so retention may have dropped events
-   * this reader never saw. The reader must say so in-band before anything else (an SSE `reset`
-   * frame, a `reset` property in JSON) and continue from `position`, the trim mark. A cursor the
-   * window covers needs no check: every event after it is in memory.
-   */
-  async read(
+  /** Catch-up reads (catch-up-reads.ts): events after a cursor, from the window or the table. */
+  read(
     streams: readonly string[],
     streamSet: ReadonlySet<string>,
     after: Cursor,
     limit: number,
     reach?: Cursor,
-  ): Promise<{ events: FeedEvent[]; position: Cursor; reset?: Cursor }> {
-    // `reach` (from safePosition) may be past the tail: that stretch is final but not yet in memory.
-    const limitOf = () => (reach === undefined ? this.window.tail : maxCursor(this.window.tail, reach));
-    if (compareCursors(after, limitOf()) >= 0) return { events: [], position: after };
-    let fromWindow = this.inWindow(after);
-    if (fromWindow) fromWindow = compareCursors(after, await this.currentTrimMark()) >= 0;
-    // Taken after the await, in the same tick as the window read: the window may have grown meanwhile.
-    const upTo = limitOf();
-    let events: FeedEvent[];
-    if (fromWindow && this.inWindow(after) && compareCursors(upTo, this.window.tail) === 0) {
-      events = this.window.read(streamSet, after, limit);
-    } else {
-      const range = await this.reads.range(upTo, (db) => readRange(db, streams, after, upTo, limit));
-      if (compareCursors(after, range.trimMark) < 0) {
-        return { events: [], position: range.trimMark, reset: range.trimMark };
-      }
-      events = range.events;
-    }
-    const position = events.length === limit ? events[events.length - 1] : upTo;
-    return { events, position };
+  ): Promise<EventsRead> {
+    return this.catchUp.read(streams, streamSet, after, limit, reach);
   }
 
-  /**
-   * read() for SSE: the same events as SSE frames, in chunks to write in order (`count` events).
-   * From the table, PostgreSQL builds the frames (see frames.ts) unless the page holds an event
-   * larger than `chunkBytes`; such a page is read as rows, each large frame its own chunk.
-   * `more`: the page stopped at `limit`, so events may follow `position`.
-   */
-  async readFrames(
+  /** Catch-up reads for SSE (catch-up-reads.ts): the same events as ready-made frames. */
+  readFrames(
     streams: readonly string[],
     streamSet: ReadonlySet<string>,
     after: Cursor,
     limit: number,
     chunkBytes: number,
-  ): Promise<{ chunks: string[]; count: number; position: Cursor; more: boolean; reset?: Cursor }> {
-    const upTo = this.window.tail;
-    if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
-    if (!this.inWindow(after)) {
-      const page = await this.reads.range(upTo, (db) =>
-        readRangeFrames(db, streams, after, upTo, limit, chunkBytes),
-      );
-      if (compareCursors(after, page.trimMark) < 0) {
-        return { chunks: [], count: 0, position: page.trimMark, more: true, reset: page.trimMark };
-      }
-      if (page.frames !== null) {
-        const more = page.more && page.last !== null;
-        return { chunks: [page.frames], count: page.count, position: more ? page.last! : upTo, more };
-      }
-    }
-    const { events, position, reset } = await this.read(streams, streamSet, after, limit);
-    if (reset) return { chunks: [], count: 0, position, more: true, reset };
-    const chunks: string[] = [];
-    const frameOf = framerFor(streams);
-    let chunk = '';
-    for (const e of events) {
-      const frame = frameOf(e);
-      if (chunk.length + frame.length > chunkBytes && chunk !== '') {
-        chunks.push(chunk);
-        chunk = '';
-      }
-      chunk += frame;
-    }
-    if (chunk !== '') chunks.push(chunk);
-    return { chunks, count: events.length, position, more: events.length === limit };
-  }
-
-  /**
-   * The trim mark as of now. The window may still hold events retention has dropped (by this
-   * process's janitor or another's); a cursor below the mark must get the same `reset` from every
-   * instance, so the window serves only cursors at or past a mark read after the request began.
-   * Reads are shared: callers that arrive while one is in flight wait for the next one, so a burst
-   * of catch-ups costs two one-row queries, not one each.
-   */
-  private currentTrimMark(): Promise<Cursor> {
-    if (this.markNext) return this.markNext;
-    const start = (): Promise<Cursor> => {
-      const p = readTrimMark(this.db).then((r) => {
-        this.trimMark = maxCursor(this.trimMark, r.mark);
-        return this.trimMark;
-      });
-      this.markRead = p;
-      void p.then(
-        () => {
-          if (this.markRead === p) this.markRead = undefined;
-        },
-        () => {
-          if (this.markRead === p) this.markRead = undefined;
-        },
-      );
-      return p;
-    };
-    if (!this.markRead) return start();
-    // Queued: it starts when the read in flight (which began before this caller) ends.
-    const startQueued = () => {
-      this.markNext = undefined;
-      return start();
-    };
-    const next = this.markRead.then(startQueued, startQueued);
-    this.markNext = next;
-    return next;
+  ): Promise<FramesRead> {
+    return this.catchUp.readFrames(streams, streamSet, after, limit, chunkBytes);
   }
 
   /** True when retention may have dropped events after `after` (a fresh, shared trim-mark read). */
-  async isBelowTrimMark(after: Cursor): Promise<boolean> {
-    return compareCursors(after, await this.currentTrimMark()) < 0;
+  isBelowTrimMark(after: Cursor): Promise<boolean> {
+    return this.marks.isBelow(after);
   }
 
   /** True when every event after `after` up to the tail is in the window (see coverFloor). */
-  private inWindow(after: Cursor): boolean {
+  inWindow(after: Cursor): boolean {
     return (
       this.window.covers(after) &&
       compareCursors(after, this.coverFloor) >= 0 &&
-      compareCursors(after, this.trimMark) >= 0
+      compareCursors(after, this.marks.mark) >= 0
     );
   }
-}
 
-function maxOf(a: Cursor, b: Cursor): Cursor {
-  return compareCursors(a, b) >= 0 ? a : b;
+  /** Up to `limit` events of `streams` after `after`, from the window (requires inWindow(after)). */
+  fromWindow(streams: ReadonlySet<string>, after: Cursor, limit: number): FeedEvent[] {
+    return this.window.read(streams, after, limit);
+  }
 }

@@ -5,20 +5,21 @@
  * matches names only, so the internal streams (`queue/…`, `mercure/…`, whose `/` no name has) are
  * never matched, in JavaScript as in SQL.
  *
- * A glob connection is a hub Selection offered every event (src/feed/hub.ts): it keeps the events of
- * its exact streams and of the streams its globs match, that the token may read (a glob reveals no
- * stream the token could not subscribe to by name), and frames them as a connection to several
- * streams does (`id: <cursor>/<stream>`). Catch-up pages through the whole feed in (txid, id) order
- * from the table (on a standby when READ_DATABASE_URL names one, like every catch-up read: see
+ * A glob connection is a hub Selection offered every event (src/feed/subscription.ts): it keeps the
+ * events of its exact streams and of the streams its globs match, that the token may read (a glob
+ * reveals no stream the token could not subscribe to by name), and frames them as a connection to
+ * several streams does (`id: <cursor>/<stream>`). Catch-up pages through the whole feed in (txid, id)
+ * order from the table (on a standby when READ_DATABASE_URL names one, like every catch-up read: see
  * src/feed/reads.ts), filtered in process; each page advances to the last row read, so it is bounded
  * by the page size and retention, and a trim sends the native `reset` frame like any stream read.
  */
 import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
-import { namedSseFrame, resetFrame } from '../feed/frames.ts';
-import { type FramesRead, type Selection, chunkFrames } from '../feed/hub.ts';
+import type { FramesRead } from '../feed/catch-up-reads.ts';
+import { chunkFrames, namedSseFrame, resetFrame } from '../feed/frames.ts';
 import { readAllNamesRange } from '../feed/queries/all-names-range.ts';
 import type { FeedReads } from '../feed/reads.ts';
+import type { Selection } from '../feed/subscription.ts';
 import type { Tailer } from '../feed/tailer.ts';
 
 /** A stream parameter of /v1/events: a name, or a glob when it holds `*`. */
