@@ -1,6 +1,9 @@
 /**
- * The hub's reads: exact-topic catch-up through the commitfeed.mercure_topics index, and the id
- * lookups of reconnection. Every function takes `(db | trx, ...)`.
+ * The hub's reads: exact-topic catch-up through the commitfeed.mercure_topics index (a page in the
+ * feed's shape, src/feed/queries/marked-page.ts, read through FeedReads like every catch-up page),
+ * and the id lookups of reconnection (on the primary). They stay here, not in src/feed/queries/,
+ * because they read what only the Mercure hub writes (its topic index, the `mid` column, the
+ * `mercure/updates` stream). Every function takes `(db | trx, ...)`.
  */
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database.ts';
@@ -30,10 +33,7 @@ const TOPIC_RANGE_SQL = markedPageSql(`
       on f.txid = k.txid and f.id = k.id and f.created_at = k.created_at and f.stream = 'mercure/updates'
     order by f.txid, f.id`);
 
-/**
- * Updates of `topics` after `after` up to `upTo` (a position the tailer has reached). `scanned` is
- * how many index entries the page took (= `limit`: more may follow the last one).
- */
+/** Updates of `topics` after `after` up to `upTo` (a position the tailer has reached), at most `limit`. */
 export async function readTopicRange(
   db: Db,
   topics: readonly string[],
