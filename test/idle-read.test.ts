@@ -8,7 +8,7 @@ import type { CheckedEventInput } from '../src/feed/event.ts';
 import { Feed } from '../src/feed/feed.ts';
 import type { FeedEvent } from '../src/feed/event.ts';
 import { readTail } from '../src/feed/queries/read-tail.ts';
-import type { Sink } from '../src/feed/subscription.ts';
+import type { Sink } from '../src/feed/subscriber.ts';
 import { testDatabase, until } from './helpers.ts';
 
 const log = { warn() {}, error() {}, info() {} };

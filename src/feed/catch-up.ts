@@ -3,19 +3,19 @@
  * hand-over to live delivery (hub.ts). The switch happens synchronously against the tailer's
  * position, in the same tick as the check, so no event is missed or repeated: once at the tail, every
  * later event reaches the subscriber through the hub's fan-out. A page arrives as chunks of frames
- * (built by PostgreSQL when it comes from the table: catch-up-reads.ts, or by the subscription's
+ * (built by PostgreSQL when it comes from the table: catch-up-reads.ts, or by the subscriber's
  * Selection) and is written whole, so memory per subscriber stays about one page; a full socket
  * pauses the loop until it drains. While one page is written, the next is already being read.
  *
- * Lifecycle: one loop per subscription at a time (`pumping`), started by the hub when it subscribes
+ * Lifecycle: one loop per subscriber at a time (`pumping`), started by the hub when it subscribes
  * and again when a live subscriber's full socket drains; it ends at the tail, or when the
- * subscription closes. A catch-up read that fails (database down) ends that subscriber with an
+ * subscriber closes. A catch-up read that fails (database down) ends that subscriber with an
  * `unavailable` event and a `retry:` hint; the client resumes from its last id.
  */
 import type { FramesRead } from './catch-up-reads.ts';
 import { type Cursor, compareCursors, maxCursor } from './cursor.ts';
 import { resetFrame } from './frames.ts';
-import type { Subscription } from './subscription.ts';
+import type { Subscriber } from './subscriber.ts';
 import type { Tailer } from './tailer.ts';
 
 /** Catch-up frames are written in chunks of about this size; a larger event is its own chunk. */
@@ -27,8 +27,8 @@ export interface CatchUpOptions {
   log: { warn(obj: object, msg?: string): void };
   /** The hub's counters: frames written. */
   stats: { frames: number };
-  /** Ends the subscription in the hub (a `reset` that ends the stream, a failed read). */
-  unsubscribe(sub: Subscription): void;
+  /** Ends the subscriber in the hub (a `reset` that ends the stream, a failed read). */
+  unsubscribe(sub: Subscriber): void;
 }
 
 export class CatchUp {
@@ -38,7 +38,7 @@ export class CatchUp {
   ) {}
 
   /** Reads pages after the subscriber's cursor until it reaches the tail, then makes it live. */
-  async run(sub: Subscription): Promise<void> {
+  async run(sub: Subscriber): Promise<void> {
     if (sub.pumping) return;
     sub.pumping = true;
     let ahead: { after: Cursor; page: Promise<FramesRead> } | undefined;
@@ -92,7 +92,7 @@ export class CatchUp {
    * id moves the client's Last-Event-ID to the trim mark too), or lets its selection say it its own
    * way. True when that ended the stream.
    */
-  private reset(sub: Subscription, mark: Cursor): boolean {
+  private reset(sub: Subscriber, mark: Cursor): boolean {
     const said = sub.selection ? sub.selection.onReset(mark) : { chunk: resetFrame(mark), end: false };
     if (said?.end) {
       sub.sink.end(said.chunk);
@@ -103,7 +103,7 @@ export class CatchUp {
     return false;
   }
 
-  private readPage(sub: Subscription, after: Cursor): Promise<FramesRead> {
+  private readPage(sub: Subscriber, after: Cursor): Promise<FramesRead> {
     if (sub.selection !== undefined) return sub.selection.readPage(after, this.opts.pageSize, CHUNK_BYTES);
     return this.tailer.readFrames(sub.streams, sub.streamSet, after, this.opts.pageSize, CHUNK_BYTES);
   }

@@ -101,7 +101,7 @@ export class Feed {
     });
   }
 
-  /** Calls `fn` with each page of events the tailer reads, after fan-out; returns the unsubscribe. */
+  /** Calls `fn` with each page of events the tailer reads, after fan-out; returns what stops the calls. */
   watch(fn: (events: readonly FeedEvent[]) => void): () => void {
     this.watchers.add(fn);
     return () => this.watchers.delete(fn);

@@ -2,7 +2,7 @@
  * The hub fans the tailer's pages out to subscribers by stream, and starts each subscriber's
  * catch-up (catch-up.ts), which hands it over to live delivery here once it reaches the tail.
  *
- * A subscription is either live (at the tail: the hub writes new events to it as the tailer reads
+ * A subscriber is either live (at the tail: the hub writes new events to it as the tailer reads
  * them, one write per page) or catching up (its own paged reads, from the window or the table, until
  * it reaches the tail). The switch happens synchronously against the tailer's position, so no event
  * is missed or repeated at the hand-over. A live subscriber whose socket buffer fills stops being
@@ -22,7 +22,7 @@ import { CatchUp } from './catch-up.ts';
 import { type Cursor, compareCursors } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 import { namedSseFrame, sseFrame } from './frames.ts';
-import { type Selection, type Sink, Subscription } from './subscription.ts';
+import { type Selection, type Sink, Subscriber } from './subscriber.ts';
 import type { Tailer } from './tailer.ts';
 
 export interface HubOptions {
@@ -37,16 +37,16 @@ export interface HubOptions {
 type Waiter = { streams: readonly string[]; wake: () => void };
 
 export class Hub {
-  private readonly byStream = new Map<string, Set<Subscription>>();
-  private readonly all = new Set<Subscription>();
+  private readonly byStream = new Map<string, Set<Subscriber>>();
+  private readonly all = new Set<Subscriber>();
   /** Selections offered every event, whatever its stream. */
-  private readonly everyStream = new Set<Subscription>();
+  private readonly everyStream = new Set<Subscriber>();
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly listeners = new Map<string, Set<(e: FeedEvent) => void>>();
   private readonly heartbeat: NodeJS.Timeout;
   private readonly sweeper: NodeJS.Timeout;
   /** Dropped slow subscribers whose sockets still have to be destroyed (by the next sweep). */
-  private readonly dropping = new Set<Subscription>();
+  private readonly dropping = new Set<Subscriber>();
   /** delivered: live fan-out writes; frames: event frames written (live and catch-up); dropped: slow
    * subscribers cut off. Read by /metrics at scrape time. */
   readonly stats = { delivered: 0, frames: 0, dropped: 0 };
@@ -80,8 +80,8 @@ export class Hub {
   }
 
   /** Starts delivering events of `streams` after `cursor` to `sink`. */
-  subscribe(streams: readonly string[], cursor: Cursor, sink: Sink, selection?: Selection): Subscription {
-    const sub = new Subscription(streams, cursor, sink, selection);
+  subscribe(streams: readonly string[], cursor: Cursor, sink: Sink, selection?: Selection): Subscriber {
+    const sub = new Subscriber(streams, cursor, sink, selection);
     this.all.add(sub);
     this.tailer.hurry();
     if (selection?.allStreams) this.everyStream.add(sub);
@@ -95,7 +95,7 @@ export class Hub {
     return sub;
   }
 
-  unsubscribe(sub: Subscription): void {
+  unsubscribe(sub: Subscriber): void {
     if (sub.closed) return;
     sub.closed = true;
     sub.live = false;
@@ -110,9 +110,9 @@ export class Hub {
 
   /** Called by the tailer with each new page, in feed order. */
   onEvents(events: readonly FeedEvent[]): void {
-    const touched: Subscription[] = [];
+    const touched: Subscriber[] = [];
     let frames = 0;
-    const offer = (sub: Subscription, e: FeedEvent) => {
+    const offer = (sub: Subscriber, e: FeedEvent) => {
       if (!sub.live || compareCursors(e, sub.cursor) <= 0) return;
       let frame: string;
       // Each form is built once per event and cached on it, whoever receives it.
@@ -249,7 +249,7 @@ export class Hub {
     for (const sub of this.all) if (sub.live) sub.sink.write(':\n\n');
   }
 
-  /** Ends every subscription with `chunk` (e.g. a `retry:` hint at shutdown). */
+  /** Ends every subscriber with `chunk` (e.g. a `retry:` hint at shutdown). */
   close(chunk?: string): void {
     clearInterval(this.heartbeat);
     clearInterval(this.sweeper);

@@ -185,7 +185,11 @@ function registerStandbyMetrics(m: Metrics, feed: Feed): void {
 
 function registerHubMetrics(m: Metrics, feed: Feed): void {
   const { hub } = feed;
-  m.gauge('commitfeed_sse_connections', 'Open SSE subscriptions in this process', () => hub.subscriberCount);
+  m.gauge(
+    'commitfeed_sse_connections',
+    'Open SSE connections (subscribers) in this process',
+    () => hub.subscriberCount,
+  );
   m.counter(
     'commitfeed_sse_frames_total',
     'Event frames written to SSE subscribers (live and catch-up)',

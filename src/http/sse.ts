@@ -15,7 +15,7 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { admitSse } from '../auth/sse-admission.ts';
 import type { Hub } from '../feed/hub.ts';
-import type { Sink } from '../feed/subscription.ts';
+import type { Sink } from '../feed/subscriber.ts';
 import { unavailable } from '../errors.ts';
 import { timerDelay } from '../timers.ts';
 

@@ -1,5 +1,5 @@
 /**
- * A Mercure subscription as a hub Selection (src/feed/subscription.ts): which updates one connection
+ * A Mercure subscription as a hub Selection (src/feed/subscriber.ts): which updates one connection
  * receives and how it catches up. An update is taken when any of its topics (canonical or alternate) matches
  * any of the connection's matchers — once, however many match — and, when it is private, when the
  * token's subscribe grants match any of its topics (draft-08 §Authorization: matchers route, grants
@@ -16,7 +16,7 @@ import { type Cursor, compareCursors } from '../feed/cursor.ts';
 import type { FeedEvent } from '../feed/event.ts';
 import type { FramesRead } from '../feed/catch-up-reads.ts';
 import { chunkFrames } from '../feed/frames.ts';
-import type { Selection } from '../feed/subscription.ts';
+import type { Selection } from '../feed/subscriber.ts';
 import type { FeedReads } from '../feed/reads.ts';
 import type { Tailer } from '../feed/tailer.ts';
 import { ApiError } from '../errors.ts';

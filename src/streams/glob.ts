@@ -5,7 +5,7 @@
  * matches names only, so the internal streams (`queue/…`, `mercure/…`, whose `/` no name has) are
  * never matched, in JavaScript as in SQL.
  *
- * A glob connection is a hub Selection offered every event (src/feed/subscription.ts): it keeps the
+ * A glob connection is a hub Selection offered every event (src/feed/subscriber.ts): it keeps the
  * events of its exact streams and of the streams its globs match, that the token may read (a glob
  * reveals no stream the token could not subscribe to by name), and frames them as a connection to
  * several streams does (`id: <cursor>/<stream>`). Catch-up pages through the whole feed in (txid, id)
@@ -19,7 +19,7 @@ import type { FramesRead } from '../feed/catch-up-reads.ts';
 import { chunkFrames, namedSseFrame, resetFrame } from '../feed/frames.ts';
 import { readAllNamesRange } from '../feed/queries/all-names-range.ts';
 import type { FeedReads } from '../feed/reads.ts';
-import type { Selection } from '../feed/subscription.ts';
+import type { Selection } from '../feed/subscriber.ts';
 import type { Tailer } from '../feed/tailer.ts';
 
 /** A stream parameter of /v1/events: a name, or a glob when it holds `*`. */

@@ -1,5 +1,5 @@
 /**
- * A subscription: one SSE connection's place in the feed. It is either live (at the tail: the hub
+ * A subscriber: one SSE connection's place in the feed. It is either live (at the tail: the hub
  * writes new events to it as the tailer reads them, hub.ts) or catching up (its own paged reads until
  * it reaches the tail, catch-up.ts). Its bytes go to a Sink; a connection that chooses its own events
  * (stream globs, Mercure topics) brings a Selection.
@@ -12,7 +12,7 @@ import type { Cursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 import { namesStreams } from './frames.ts';
 
-/** Where a subscription's bytes go (an SSE response). */
+/** Where a subscriber's bytes go (an SSE response). */
 export interface Sink {
   /** False when the buffer is full: stop writing until `drained()` resolves. */
   write(chunk: string): boolean;
@@ -26,10 +26,10 @@ export interface Sink {
 }
 
 /**
- * A subscription that chooses its own events (the Mercure hub's topic matchers, native stream
+ * A subscriber that chooses its own events (the Mercure hub's topic matchers, native stream
  * globs): it is offered every event of its streams (of every stream with `allStreams`), keeps those
  * `accepts` takes, frames them its own way, and catches up with its own reader. The hand-over, the
- * backpressure and the slow-subscriber rules are the hub's, as for any subscription.
+ * backpressure and the slow-subscriber rules are the hub's, as for any subscriber.
  */
 export interface Selection {
   readonly allStreams?: boolean;
@@ -42,7 +42,7 @@ export interface Selection {
   onReset(mark: Cursor): { chunk: string; end: boolean } | undefined;
 }
 
-export class Subscription {
+export class Subscriber {
   live = false;
   closed = false;
   pumping = false;
