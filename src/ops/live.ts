@@ -5,7 +5,7 @@
  * connection only filters that sample for its token (user streams it may subscribe to, queues it may
  * see, and the service-wide series unless METRICS_REQUIRE_ADMIN keeps them for admins).
  *
- * Lifecycle: a connection holds a sampler subscription until the client leaves, its token expires
+ * Lifecycle: a connection watches the sampler (Sampler.watch) until the client leaves, its token expires
  * (`event: auth-expired`) or the server shuts down (a `retry:` hint, ended in preClose like the
  * streams). A client whose socket is full skips samples until it drains: it sees a gap, never an
  * unbounded buffer.
@@ -101,7 +101,7 @@ export function liveRoutes(app: FastifyInstance, deps: LiveDeps): void {
       });
       const { sink } = stream;
       let blocked = false;
-      const unsubscribe = sampler.subscribe((s) => {
+      const unwatch = sampler.watch((s) => {
         if (blocked) return;
         if (shared.at !== s.t) shared = { at: s.t, rows: sampler.streamRows() };
         if (!sink.write(frame('sample', { sample: view.sample(s), streams: view.streams(shared.rows) }))) {
@@ -111,7 +111,7 @@ export function liveRoutes(app: FastifyInstance, deps: LiveDeps): void {
           });
         }
       });
-      stream.onClose(unsubscribe);
+      stream.onClose(unwatch);
       return reply;
     },
   );

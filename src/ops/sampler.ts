@@ -130,8 +130,8 @@ export class Sampler {
     return this.ring;
   }
 
-  /** Calls `fn` with each new sample; returns the unsubscribe. */
-  subscribe(fn: (s: Sample) => void): () => void {
+  /** Calls `fn` with each new sample; returns what stops the calls. */
+  watch(fn: (s: Sample) => void): () => void {
     this.listeners.add(fn);
     return () => this.listeners.delete(fn);
   }
