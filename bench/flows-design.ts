@@ -18,7 +18,7 @@ import { migrate } from '../src/db/migrate.ts';
 import { Feed } from '../src/feed/feed.ts';
 import { appendEvents } from '../src/feed/queries/append.ts';
 import { Follower } from '../src/flows/follower.ts';
-import { createSubscription } from '../src/flows/subscriptions.ts';
+import { createStreamSubscription } from '../src/flows/stream-subscriptions.ts';
 import { cpuMark, coresUsed, setBenchDatabase } from './lib/sys.ts';
 import { summarize } from './lib/stats.ts';
 
@@ -135,7 +135,7 @@ async function main(): Promise<void> {
   };
   const subscribe = async () => {
     for (let s = 0; s < SUBS; s++) {
-      await createSubscription(db, {
+      await createStreamSubscription(db, {
         name: `s${s}`,
         stream: 'orders',
         type: null,

@@ -1,7 +1,7 @@
-// Streams feeding queues against a real PostgreSQL: every committed event becomes exactly one job, in
+// Stream subscriptions against a real PostgreSQL: every committed event becomes exactly one job, in
 // commit order — with transactions committing out of id order, a rolled-back publish, two replicas
 // following at once, a follower whose connection dies mid-step, and retention overtaking a paused
-// subscription (reported, never skipped in silence).
+// stream subscription (reported, never skipped in silence).
 import { type Kysely, sql } from 'kysely';
 import t from 'tap';
 import { type Database, createDatabase } from '../src/db/database.ts';
@@ -79,7 +79,7 @@ t.test('every event becomes one job, in order, with the type filter; management 
   t.same(
     audit.map((j) => j.cursor),
     await eventsOf(db, 'orders'),
-    'one job per event, in feed order (from earliest: the event before the subscription too)',
+    'one job per event, in feed order (from earliest: the event before the stream subscription too)',
   );
   t.same(
     (await jobsOf(db, 'emails')).map((j) => j.data.n),
@@ -105,7 +105,7 @@ t.test('every event becomes one job, in order, with the type filter; management 
   t.match((await api(server.url, 'POST', '/v1/subscriptions/emails/pause')).body, { paused: true });
   await publish(server.url, 'orders', { type: 'created', data: { n: 7 } });
   await until(async () => (await jobsOf(db, 'audit')).length === 8, 10_000, 'audit keeps going');
-  t.equal((await jobsOf(db, 'emails')).length, 3, 'a paused subscription makes no job');
+  t.equal((await jobsOf(db, 'emails')).length, 3, 'a paused stream subscription makes no job');
   t.match((await api(server.url, 'POST', '/v1/subscriptions/emails/resume')).body, { paused: false });
   await until(async () => (await jobsOf(db, 'emails')).length === 4, 10_000, 'resumed: the waiting event');
 
@@ -194,8 +194,8 @@ t.test('two replicas following at once: exactly one job per event', async (t) =>
     await eventsOf(db, 'orders'),
     'each event once, in feed order',
   );
-  // Which replica wins each step is up to the row lock; both usually do.
-  t.comment(`steps by replica: ${one.follower.stats.steps} + ${two.follower.stats.steps}`);
+  // Which replica wins each follow step is up to the row lock; both usually do.
+  t.comment(`follow steps by replica: ${one.follower.stats.steps} + ${two.follower.stats.steps}`);
 });
 
 t.test('a follower killed mid-way: the restarted one makes the rest, none twice', async (t) => {
@@ -251,7 +251,7 @@ t.test('a follower killed mid-way: the restarted one makes the rest, none twice'
   );
 });
 
-t.test('retention overtaking a paused subscription: the loss is reported, never silent', async (t) => {
+t.test('retention overtaking a paused stream subscription: the loss is reported, never silent', async (t) => {
   const dbUrl = await testDatabase(t);
   const server = await startTestServer(t, dbUrl, {
     ...quiet,
@@ -295,7 +295,7 @@ t.test('retention overtaking a paused subscription: the loss is reported, never 
     (await jobsOf(db, 'q')).map((j) => j.data),
     ['kept'],
   );
-  // A caught-up subscription loses nothing to the next drop.
+  // A caught-up stream subscription loses nothing to the next drop.
   const again = await server.janitor.runOnce(new Date(todayUtc() + HOUR));
   t.same(again.lost, []);
 });

@@ -1,32 +1,33 @@
 /**
- * The follower: turns the events of every active stream subscription into jobs. Each step is one
- * transaction (commitfeed.follow_subscription): read a page of the stream after the subscription's
- * cursor — finished transactions only, in (txid, id) order — enqueue the jobs, advance the cursor.
- * The cursor and the jobs commit together, so a crash anywhere repeats the step from the old cursor
- * and every event becomes exactly one job; the row lock (SKIP LOCKED) lets any number of replicas run
- * the follower, one of them working a given subscription at a time.
+ * The follower: turns the events of every active stream subscription into jobs. Each follow step is
+ * one transaction (commitfeed.follow_subscription): read a page of the stream after the stream
+ * subscription's cursor — finished transactions only, in (txid, id) order — enqueue the jobs, advance
+ * the cursor. The cursor and the jobs commit together, so a crash anywhere repeats the step from the
+ * old cursor and every event becomes exactly one job; the row lock (SKIP LOCKED) lets any number of
+ * replicas run the follower, one of them working a given stream subscription at a time. A pass is one
+ * round over every active stream subscription.
  *
  * Lifecycle: one per process (when FLOWS is on), started and stopped by the server. It wakes when
  * the tailer reads an event of a followed stream (Feed.watch: the event has committed), when a
- * subscription is created or resumed here (`wake()`), and every `pollIntervalMs` (subscriptions
+ * stream subscription is created or resumed here (`wake()`), and every `pollIntervalMs` (ones
  * created or resumed by other replicas, events whose wake-up was missed). `stop()` ends the loop
  * after the step in progress. The loop is src/flows/loop.ts.
  * Failure: a failed step is rolled back whole (nothing enqueued, cursor unmoved), logged, counted,
  * and retried at the next pass after a backoff (doubling from `pollIntervalMs` up to 30 s, back to
  * `pollIntervalMs` after a pass that succeeds); no event is lost or doubled by it. Events that
  * retention drops before the follower reaches them are counted by the janitor (src/retention), on the
- * subscription's status, in /metrics and in the log.
+ * stream subscription's status, in /metrics and in the log.
  */
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import { Loop } from './loop.ts';
-import { followSubscription, listSubscriptions } from './subscriptions.ts';
+import { followStep, listStreamSubscriptions } from './stream-subscriptions.ts';
 
 export interface FollowerOptions {
   db: Kysely<Database>;
   feed: Feed;
-  /** Events per step (one transaction). */
+  /** Events per follow step (one transaction). */
   pageSize: number;
   pollIntervalMs: number;
   log: { warn(obj: object, msg?: string): void };
@@ -36,11 +37,11 @@ export interface FollowerOptions {
 const MAX_BACKOFF_MS = 30_000;
 
 export class Follower {
-  /** Read by /metrics: jobs made, steps run, failed passes. */
+  /** Read by /metrics: jobs made, follow steps run, failed passes. */
   readonly stats = { jobs: 0, steps: 0, errors: 0 };
   private readonly loop: Loop;
   private unwatch: (() => void) | undefined;
-  /** Streams of active subscriptions (as of the last pass): events of others do not wake us. */
+  /** Streams of active stream subscriptions (as of the last pass): events of others do not wake us. */
   private streams = new Set<string>();
   /** Something happened since the current pass began: run another at once. */
   private dirty = false;
@@ -86,17 +87,17 @@ export class Follower {
   }
 
   /**
-   * One pass over every active subscription: each is followed until a step reads less than a page.
+   * One pass over every active stream subscription: each is followed until a step reads less than a page.
    * Returns the jobs made (tests call it directly on a stopped follower).
    */
   async pass(): Promise<number> {
-    const subs = await listSubscriptions(this.opts.db, null, true);
-    this.streams = new Set(subs.map((s) => s.stream));
+    const active = await listStreamSubscriptions(this.opts.db, null, true);
+    this.streams = new Set(active.map((s) => s.stream));
     let jobs = 0;
-    for (const s of subs) {
+    for (const s of active) {
       for (;;) {
         if (this.loop.stopping) return jobs;
-        const step = await followSubscription(this.opts.db, s.name, this.opts.pageSize);
+        const step = await followStep(this.opts.db, s.name, this.opts.pageSize);
         // Paused, deleted, or another replica is on it (it loops until caught up).
         if (step === null) break;
         this.stats.steps++;

@@ -1,13 +1,16 @@
 /**
  * Routes of the flows into queues: stream subscriptions (`/v1/subscriptions`,
- * subscription-routes.ts) and cron schedules (`/v1/schedules`, schedule-routes.ts). Both are
+ * stream-subscription-routes.ts) and cron schedules (`/v1/schedules`, schedule-routes.ts). Both are
  * administration (admin tokens when access control is on). No SQL here.
  */
 import type { FastifyInstance } from 'fastify';
 import { type ScheduleRouteDeps, scheduleRoutes } from './schedule-routes.ts';
-import { type SubscriptionRouteDeps, subscriptionRoutes } from './subscription-routes.ts';
+import { type StreamSubscriptionRouteDeps, streamSubscriptionRoutes } from './stream-subscription-routes.ts';
 
-export function flowRoutes(app: FastifyInstance, deps: SubscriptionRouteDeps & ScheduleRouteDeps): void {
-  subscriptionRoutes(app, deps);
+export function flowRoutes(
+  app: FastifyInstance,
+  deps: StreamSubscriptionRouteDeps & ScheduleRouteDeps,
+): void {
+  streamSubscriptionRoutes(app, deps);
   scheduleRoutes(app, deps);
 }

@@ -1,4 +1,7 @@
-/** Subscription and schedule route schemas: request validation and response serialisation from one source. */
+/**
+ * Stream subscription and schedule route schemas: request validation and response serialisation from
+ * one source.
+ */
 import { TYPE_PATTERN } from '../feed/validate.ts';
 import { NAME_PATTERN } from '../feed/names.ts';
 import { errorSchema } from '../http/errors.ts';
@@ -22,7 +25,7 @@ export const nameParams = {
   properties: { name: { type: 'string', pattern: NAME_PATTERN } },
 } as const;
 
-/** The options of the jobs a subscription or schedule makes (those of an enqueue, minus timing and key). */
+/** The options of the jobs a stream subscription or schedule makes (an enqueue's, minus timing and key). */
 const jobOptions = {
   type: 'object',
   additionalProperties: false,
@@ -33,7 +36,7 @@ const jobOptions = {
   },
 } as const;
 
-export const subscriptionBody = {
+export const streamSubscriptionBody = {
   type: 'object',
   required: ['name', 'stream', 'queue'],
   additionalProperties: false,
@@ -58,7 +61,7 @@ const loss = {
   properties: { at: { type: 'string' }, events: { type: 'integer' }, partition: { type: 'string' } },
 } as const;
 
-const subscription = {
+const streamSubscription = {
   type: 'object',
   properties: {
     name: { type: 'string' },
@@ -74,7 +77,7 @@ const subscription = {
     lostEvents: {
       type: 'integer',
       description:
-        'events retention dropped before they became jobs (0 unless the subscription fell that far behind)',
+        'events retention dropped before they became jobs (0 unless the stream subscription fell that far behind)',
     },
     lastLoss: loss,
     createdAt: { type: 'string' },
@@ -83,9 +86,13 @@ const subscription = {
 
 const errors = { 400: errorSchema, 404: errorSchema, 409: errorSchema, 503: errorSchema } as const;
 
-export const subscriptionResponse = { 200: subscription, 201: subscription, ...errors } as const;
-export const subscriptionListResponse = {
-  200: { type: 'object', properties: { subscriptions: { type: 'array', items: subscription } } },
+export const streamSubscriptionResponse = {
+  200: streamSubscription,
+  201: streamSubscription,
+  ...errors,
+} as const;
+export const streamSubscriptionListResponse = {
+  200: { type: 'object', properties: { subscriptions: { type: 'array', items: streamSubscription } } },
   ...errors,
 } as const;
 export const deletedResponse = { 204: { type: 'null', description: 'deleted' }, ...errors } as const;

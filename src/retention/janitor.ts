@@ -81,7 +81,7 @@ export interface JanitorRun {
    * (`deadJobs`, `finishedJobs`, `scheduleTicks`, `mercureTopics`).
    */
   trimmed: Record<string, number>;
-  /** Events dropped before a stream subscription turned them into jobs, per subscription. */
+  /** Events dropped before a stream subscription turned them into jobs, per stream subscription. */
   lost: Loss[];
   /** Tables ANALYZEd because their rows changed a lot since their statistics were taken. */
   analyzed: string[];

@@ -13,6 +13,7 @@ import { readTrimMark } from '../feed/queries/trim-mark.ts';
 
 /** Events a reader of the feed (a stream subscription) had not reached when retention dropped them. */
 export interface Loss {
+  /** The stream subscription's name. */
   subscription: string;
   events: number;
 }

@@ -1,13 +1,14 @@
--- commitfeed.follow_subscription: one step of a stream subscription (src/flows/follower.ts). Reads
--- the next page of the subscription's stream after its cursor — from finished transactions only,
--- ordered by (txid, id), the feed's gap-free rule (`id > cursor` alone would skip an event whose
--- transaction took a lower id but committed later) — enqueues one job per event that matches the
--- type filter, and advances the cursor past the page, all in the caller's transaction: the jobs and
--- the cursor commit together or not at all, so every event becomes exactly one job however many
--- replicas run the follower and wherever one of them crashes.
+-- commitfeed.follow_subscription: one follow step of a stream subscription (src/flows/follower.ts).
+-- Reads the next page of the stream subscription's stream after its cursor — from finished
+-- transactions only, ordered by (txid, id), the feed's gap-free rule (`id > cursor` alone would skip
+-- an event whose transaction took a lower id but committed later) — enqueues one job per event that
+-- matches the type filter, and advances the cursor past the page, all in the caller's transaction:
+-- the jobs and the cursor commit together or not at all, so every event becomes exactly one job
+-- however many replicas run the follower and wherever one of them crashes.
 --
--- The subscription row is locked FOR UPDATE SKIP LOCKED: a replica finding it held by another returns
--- no row and moves on (the holder is doing the work). A paused or unknown subscription returns no row.
+-- The stream subscription's row is locked FOR UPDATE SKIP LOCKED: a replica finding it held by another
+-- returns no row and moves on (the holder is doing the work). A paused or unknown stream subscription
+-- returns no row.
 -- Returns the jobs enqueued and the events read (read = page: more may follow at once).
 create or replace function commitfeed.follow_subscription(sub_name text, page integer)
 returns table (jobs integer, read integer)
@@ -22,9 +23,9 @@ declare
   last_id bigint;
   n int;
 begin
-  -- The feed first, then the subscription row: the janitor takes them in the same order (it locks
-  -- the feed to drop a partition, then counts the subscription's lost events), so neither waits for
-  -- the other in a cycle.
+  -- The feed first, then the stream subscription's row: the janitor takes them in the same order (it
+  -- locks the feed to drop a partition, then counts the stream subscription's lost events), so neither
+  -- waits for the other in a cycle.
   lock table commitfeed.feed in access share mode;
   select * into s from commitfeed.subscriptions x
   where x.name = sub_name and not x.paused

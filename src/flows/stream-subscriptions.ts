@@ -1,5 +1,5 @@
 /**
- * Stream subscriptions' SQL: create, list, pause/resume, delete, and one follow step. A subscription
+ * Stream subscriptions' SQL: create, list, pause/resume, delete, and one follow step. A stream subscription
  * is a durable cursor over the feed that turns every event of a stream (optionally of one type) into
  * one job of a queue; the follower (follower.ts) drives follow steps, the routes the rest. Every
  * function takes `(db | trx, ...)`.
@@ -9,8 +9,8 @@ import type { Db } from '../db/database.ts';
 import { type Cursor, START } from '../feed/cursor.ts';
 import { ApiError } from '../errors.ts';
 
-/** What a subscription is made with and shows in its status. */
-interface SubscriptionDefinition {
+/** What a stream subscription is made with and shows in its status. */
+interface StreamSubscriptionDefinition {
   name: string;
   stream: string;
   /** Only events of this type; null: every event of the stream. */
@@ -20,14 +20,14 @@ interface SubscriptionDefinition {
   maxAttempts: number;
 }
 
-export interface SubscriptionInput extends SubscriptionDefinition {
+export interface StreamSubscriptionInput extends StreamSubscriptionDefinition {
   /** Normalised backoff, JSON text (see toJobInput). */
   backoff: string;
   /** Where the cursor starts: a cursor, the feed's start, or `latest` (the current horizon). */
   from: Cursor | 'earliest' | 'latest';
 }
 
-export interface SubscriptionStatus extends SubscriptionDefinition {
+export interface StreamSubscriptionStatus extends StreamSubscriptionDefinition {
   paused: boolean;
   /** The last event turned into a job (or passed over by the type filter). */
   cursor: string;
@@ -59,7 +59,7 @@ const COLUMNS = sql`name, stream, type, queue, priority, max_attempts, paused,
   cursor_txid::text || '-' || cursor_id::text as cursor, jobs::text as jobs, followed_at,
   lost_events::text as lost_events, last_loss, created_at`;
 
-function toStatus(r: Row): SubscriptionStatus {
+function toStatus(r: Row): StreamSubscriptionStatus {
   return {
     name: r.name,
     stream: r.stream,
@@ -78,15 +78,18 @@ function toStatus(r: Row): SubscriptionStatus {
 }
 
 /**
- * Creates a subscription (409 `subscription_exists` when the name is taken). `latest` starts at the
+ * Creates a stream subscription (409 `subscription_exists` when the name is taken). `latest` starts at the
  * horizon: every event committed from now on becomes a job (so may a few that committed just before,
  * behind a transaction still open), none is missed.
  *
  * @example
- *   await createSubscription(db, { name: 'order-emails', stream: 'orders', type: 'created',
+ *   await createStreamSubscription(db, { name: 'order-emails', stream: 'orders', type: 'created',
  *     queue: 'emails', priority: 0, maxAttempts: 5, backoff: '{...}', from: 'latest' });
  */
-export async function createSubscription(db: Db, s: SubscriptionInput): Promise<SubscriptionStatus> {
+export async function createStreamSubscription(
+  db: Db,
+  s: StreamSubscriptionInput,
+): Promise<StreamSubscriptionStatus> {
   const from = s.from === 'earliest' ? START : s.from === 'latest' ? null : s.from;
   const { rows } = await sql<Row>`
     insert into commitfeed.subscriptions (name, stream, type, queue, priority, max_attempts, backoff,
@@ -107,12 +110,12 @@ export async function createSubscription(db: Db, s: SubscriptionInput): Promise<
   return toStatus(rows[0]);
 }
 
-/** One subscription, every subscription (`name` null), or only those not paused. */
-export async function listSubscriptions(
+/** One stream subscription, every one (`name` null), or only those not paused. */
+export async function listStreamSubscriptions(
   db: Db,
   name: string | null,
   activeOnly = false,
-): Promise<SubscriptionStatus[]> {
+): Promise<StreamSubscriptionStatus[]> {
   const { rows } = await sql<Row>`
     select ${COLUMNS} from commitfeed.subscriptions
     where (${name}::text is null or name = ${name}) and (not ${activeOnly} or not paused)
@@ -120,20 +123,20 @@ export async function listSubscriptions(
   return rows.map(toStatus);
 }
 
-/** Sets the paused flag; null when there is no such subscription. */
-export async function setSubscriptionPaused(
+/** Sets the paused flag; null when there is no such stream subscription. */
+export async function setStreamSubscriptionPaused(
   db: Db,
   name: string,
   paused: boolean,
-): Promise<SubscriptionStatus | null> {
+): Promise<StreamSubscriptionStatus | null> {
   const { rows } = await sql<Row>`
     update commitfeed.subscriptions set paused = ${paused} where name = ${name}
     returning ${COLUMNS}`.execute(db);
   return rows[0] ? toStatus(rows[0]) : null;
 }
 
-/** Deletes a subscription (its jobs stay in their queue); false when there was none. */
-export async function deleteSubscription(db: Db, name: string): Promise<boolean> {
+/** Deletes a stream subscription (its jobs stay in their queue); false when there was none. */
+export async function deleteStreamSubscription(db: Db, name: string): Promise<boolean> {
   const { numAffectedRows } = await sql`delete from commitfeed.subscriptions where name = ${name}`.execute(
     db,
   );
@@ -142,10 +145,10 @@ export async function deleteSubscription(db: Db, name: string): Promise<boolean>
 
 /**
  * One follow step (commitfeed.follow_subscription): up to `page` events after the cursor become jobs
- * and the cursor moves past them, in one transaction. `null` when the subscription is paused, gone,
+ * and the cursor moves past them, in one transaction. `null` when the stream subscription is paused, gone,
  * or being followed by another replica right now.
  */
-export async function followSubscription(
+export async function followStep(
   db: Db,
   name: string,
   page: number,

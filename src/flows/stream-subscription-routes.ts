@@ -1,6 +1,7 @@
 /**
  * Stream subscriptions' routes (`/v1/subscriptions`): a queue subscribed to a stream, every event one
- * job. Administration (admin tokens when access control is on). No SQL here: subscriptions.ts has it.
+ * job. Administration (admin tokens when access control is on). No SQL here: stream-subscriptions.ts
+ * has it.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/config.ts';
@@ -15,18 +16,18 @@ import {
   type NameReq,
   deletedResponse,
   nameParams,
-  subscriptionBody,
-  subscriptionListResponse,
-  subscriptionResponse,
+  streamSubscriptionBody,
+  streamSubscriptionListResponse,
+  streamSubscriptionResponse,
 } from './schemas.ts';
 import {
-  createSubscription,
-  deleteSubscription,
-  listSubscriptions,
-  setSubscriptionPaused,
-} from './subscriptions.ts';
+  createStreamSubscription,
+  deleteStreamSubscription,
+  listStreamSubscriptions,
+  setStreamSubscriptionPaused,
+} from './stream-subscriptions.ts';
 
-export interface SubscriptionRouteDeps {
+export interface StreamSubscriptionRouteDeps {
   db: Db;
   config: Config;
   follower: Follower;
@@ -38,23 +39,26 @@ type CreateReq = {
 
 const tags = ['subscriptions'];
 
-export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRouteDeps): void {
+export function streamSubscriptionRoutes(app: FastifyInstance, deps: StreamSubscriptionRouteDeps): void {
   app.post<CreateReq>(
     '/v1/subscriptions',
     {
       config: ADMIN,
       schema: {
         tags,
-        summary: 'Subscribe a queue to a stream: every event becomes one job',
-        body: subscriptionBody,
-        response: subscriptionResponse,
+        summary: 'Create a stream subscription: every event of a stream becomes one job of a queue',
+        body: streamSubscriptionBody,
+        response: streamSubscriptionResponse,
       },
     },
     (request, reply) => createOne(deps, request, reply),
   );
   app.get(
     '/v1/subscriptions',
-    { config: ADMIN, schema: { tags, summary: 'Every subscription', response: subscriptionListResponse } },
+    {
+      config: ADMIN,
+      schema: { tags, summary: 'Every stream subscription', response: streamSubscriptionListResponse },
+    },
     () => listAll(deps),
   );
   app.get<NameReq>(
@@ -63,9 +67,9 @@ export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRoute
       config: ADMIN,
       schema: {
         tags,
-        summary: 'One subscription: cursor, jobs made, events lost to retention',
+        summary: 'One stream subscription: cursor, jobs made, events lost to retention',
         params: nameParams,
-        response: subscriptionResponse,
+        response: streamSubscriptionResponse,
       },
     },
     (request) => showOne(deps, request.params.name),
@@ -76,7 +80,7 @@ export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRoute
       config: ADMIN,
       schema: {
         tags,
-        summary: 'Delete a subscription (its jobs stay queued)',
+        summary: 'Delete a stream subscription (its jobs stay queued)',
         params: nameParams,
         response: deletedResponse,
       },
@@ -92,10 +96,10 @@ export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRoute
         schema: {
           tags,
           summary: paused
-            ? 'Stop turning events into jobs (the cursor waits; retention may overtake it)'
-            : 'Turn events into jobs again, from the cursor',
+            ? 'Pause a stream subscription: no more jobs (its cursor waits; retention may overtake it)'
+            : 'Resume a stream subscription: events become jobs again, from its cursor',
           params: nameParams,
-          response: subscriptionResponse,
+          response: streamSubscriptionResponse,
         },
       },
       (request) => setPaused(deps, request.params.name, paused),
@@ -107,7 +111,7 @@ const notFound = (name: string) =>
   new ApiError(404, 'subscription_not_found', `no subscription named ${name}`);
 
 async function createOne(
-  deps: SubscriptionRouteDeps,
+  deps: StreamSubscriptionRouteDeps,
   request: FastifyRequest<CreateReq>,
   reply: FastifyReply,
 ): Promise<FastifyReply> {
@@ -119,7 +123,7 @@ async function createOne(
   }
   // The same rules as an enqueue's job options (defaults included).
   const job = toJobInput(b.queue, { payload: null, ...b.job }, config.maxEventBytes, 'body/job');
-  const sub = await createSubscription(db, {
+  const sub = await createStreamSubscription(db, {
     name: b.name,
     stream: b.stream,
     type: b.type ?? null,
@@ -133,23 +137,23 @@ async function createOne(
   return reply.code(201).send(sub);
 }
 
-async function listAll(deps: SubscriptionRouteDeps) {
-  return { subscriptions: await listSubscriptions(deps.db, null) };
+async function listAll(deps: StreamSubscriptionRouteDeps) {
+  return { subscriptions: await listStreamSubscriptions(deps.db, null) };
 }
 
-async function showOne(deps: SubscriptionRouteDeps, name: string) {
-  const [sub] = await listSubscriptions(deps.db, name);
+async function showOne(deps: StreamSubscriptionRouteDeps, name: string) {
+  const [sub] = await listStreamSubscriptions(deps.db, name);
   if (!sub) throw notFound(name);
   return sub;
 }
 
-async function deleteOne(deps: SubscriptionRouteDeps, name: string, reply: FastifyReply) {
-  if (!(await deleteSubscription(deps.db, name))) throw notFound(name);
+async function deleteOne(deps: StreamSubscriptionRouteDeps, name: string, reply: FastifyReply) {
+  if (!(await deleteStreamSubscription(deps.db, name))) throw notFound(name);
   return reply.code(204).send();
 }
 
-async function setPaused(deps: SubscriptionRouteDeps, name: string, paused: boolean) {
-  const sub = await setSubscriptionPaused(deps.db, name, paused);
+async function setPaused(deps: StreamSubscriptionRouteDeps, name: string, paused: boolean) {
+  const sub = await setStreamSubscriptionPaused(deps.db, name, paused);
   if (!sub) throw notFound(name);
   if (!paused) deps.follower.wake();
   return sub;
