@@ -39,7 +39,7 @@ import { uiRoutes } from './ops/ui.ts';
 import type { Queues } from './queues/queues.ts';
 import { queueRoutes } from './queues/routes.ts';
 import type { Follower } from './flows/follower.ts';
-import { flowRoutes } from './flows/routes.ts';
+import { FLOW_TAGS, flowRoutes } from './flows/routes.ts';
 import type { Scheduler } from './flows/scheduler.ts';
 import { streamListRoutes } from './streams/list.ts';
 import { streamRoutes } from './streams/routes.ts';
@@ -110,7 +110,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installFiniteNumbers(app);
   await registerAccess(app, deps.config);
   // Before every route: the spec is collected as routes are added.
-  await registerDocs(app);
+  await registerDocs(app, follower && scheduler ? FLOW_TAGS : []);
   uiRoutes(app);
   healthRoutes(app, deps);
   const mercureStats = new MercureStats();

@@ -5,7 +5,14 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { type ScheduleRouteDeps, scheduleRoutes } from './schedule-routes.ts';
-import { type StreamSubscriptionRouteDeps, streamSubscriptionRoutes } from './stream-subscription-routes.ts';
+import {
+  STREAM_SUBSCRIPTION_TAG,
+  type StreamSubscriptionRouteDeps,
+  streamSubscriptionRoutes,
+} from './stream-subscription-routes.ts';
+
+/** The OpenAPI tags these routes describe (given to the docs plugin, which is registered first). */
+export const FLOW_TAGS = [STREAM_SUBSCRIPTION_TAG];
 
 export function flowRoutes(
   app: FastifyInstance,

@@ -37,7 +37,12 @@ type CreateReq = {
   Body: { name: string; stream: string; type?: string; queue: string; from: string; job?: JobOptions };
 };
 
-const tags = ['subscriptions'];
+/** The routes' OpenAPI tag: the name is the path's, the description says which subscriptions these are. */
+export const STREAM_SUBSCRIPTION_TAG = {
+  name: 'subscriptions',
+  description: 'stream subscriptions: every event of a stream becomes one job of a queue',
+};
+const tags = [STREAM_SUBSCRIPTION_TAG.name];
 
 export function streamSubscriptionRoutes(app: FastifyInstance, deps: StreamSubscriptionRouteDeps): void {
   app.post<CreateReq>(

@@ -9,7 +9,11 @@ import type { FastifyInstance, FastifySchema } from 'fastify';
 import { securitySchemes } from '../auth/token-source.ts';
 import { errorSchema } from '../http/errors.ts';
 
-export async function registerDocs(app: FastifyInstance): Promise<void> {
+/** `tags`: those of optional route groups served by this app, listed after the core ones. */
+export async function registerDocs(
+  app: FastifyInstance,
+  tags: readonly { name: string; description: string }[] = [],
+): Promise<void> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -25,6 +29,7 @@ export async function registerDocs(app: FastifyInstance): Promise<void> {
         { name: 'queues', description: 'work queues with leases' },
         { name: 'transactions', description: 'several operations in one transaction' },
         { name: 'ops', description: 'health and metrics' },
+        ...tags,
       ],
       // Access control (src/auth): a JWT by any of these; `{}`: none needed when auth is off and on
       // public routes (health, docs, the live page).
