@@ -31,7 +31,7 @@ import { lastUpdateId } from './mercure/queries.ts';
 import { MercureStats } from './mercure/metrics.ts';
 import { mercureRoutes } from './mercure/routes.ts';
 import { ActiveSubscriptions } from './mercure/active-subscriptions.ts';
-import { subscriptionRoutes } from './mercure/subscription-routes.ts';
+import { activeSubscriptionRoutes } from './mercure/active-subscription-routes.ts';
 import { liveRoutes } from './ops/live.ts';
 import { metricsRoutes } from './ops/metrics.ts';
 import type { Sampler } from './ops/sampler.ts';
@@ -144,7 +144,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
  */
 async function mercureHub(app: FastifyInstance, deps: AppDeps, stats: MercureStats): Promise<void> {
   const authorizer = new MercureAuthorizer(deps.config, app.log);
-  let subscriptions: ActiveSubscriptions | undefined;
+  let activeSubscriptions: ActiveSubscriptions | undefined;
   if (deps.config.mercureSubscriptions) {
     const active = new ActiveSubscriptions(
       deps.db,
@@ -159,13 +159,13 @@ async function mercureHub(app: FastifyInstance, deps: AppDeps, stats: MercureSta
         .stop()
         .catch((err) => app.log.warn({ err }, 'Mercure: could not end this instance’s subscriptions')),
     );
-    subscriptionRoutes(app, {
-      subscriptions: active,
+    activeSubscriptionRoutes(app, {
+      activeSubscriptions: active,
       authorizer,
       lastEventId: async () => (await lastUpdateId(deps.db, deps.feed.tailer.position)) ?? 'earliest',
     });
-    subscriptions = active;
+    activeSubscriptions = active;
   }
-  await mercureRoutes(app, { ...deps, authorizer, subscriptions, stats });
-  discoveryRoutes(app, deps.config, { subscriptions: subscriptions !== undefined });
+  await mercureRoutes(app, { ...deps, authorizer, activeSubscriptions, stats });
+  discoveryRoutes(app, deps.config, { activeSubscriptions: activeSubscriptions !== undefined });
 }

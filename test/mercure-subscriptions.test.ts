@@ -9,12 +9,12 @@ import type { Database } from '../src/db/database.ts';
 import { MercureAuthorizer } from '../src/mercure/authorize.ts';
 import {
   ActiveSubscriptions,
-  type SubscriptionConn,
+  type MercureSubscriber,
   expandVar,
   newSubscriberId,
-  subscriptionTopic,
+  mercureSubscriptionTopic,
 } from '../src/mercure/active-subscriptions.ts';
-import { subscriptionRoutes } from '../src/mercure/subscription-routes.ts';
+import { activeSubscriptionRoutes } from '../src/mercure/active-subscription-routes.ts';
 import { sqlClient, testDatabase } from './helpers.ts';
 import { mercureConfigEnv, mercureToken } from './mercure-helpers.ts';
 
@@ -65,7 +65,7 @@ t.test('RFC 6570 expansion: each value encoded exactly once', async (t) => {
   t.equal(expandVar('100%25 sure'), '100%2525%20sure', 'an existing % is encoded, not kept');
   t.equal(expandVar('é/~-._'), '%C3%A9%2F~-._');
   t.equal(
-    subscriptionTopic(
+    mercureSubscriptionTopic(
       HUB,
       'urlpattern',
       'https://example.com/:selector',
@@ -89,9 +89,9 @@ t.test('opened and closed: rows and private mercure events in one transaction', 
         },
       } as never,
       'subscribe',
-    )) as { grants: SubscriptionConn['grants'] }
+    )) as { grants: MercureSubscriber['grants'] }
   ).grants;
-  const conn: SubscriptionConn = {
+  const conn: MercureSubscriber = {
     subscriber: newSubscriberId(),
     selectors: [
       { match: 'https://example.com/books/:id', matchType: 'urlpattern' },
@@ -135,7 +135,7 @@ t.test(
     const a = await make();
     const b = await make();
     const c = await make();
-    const conn: SubscriptionConn = {
+    const conn: MercureSubscriber = {
       subscriber: newSubscriberId(),
       selectors: [{ match: '/x', matchType: 'exact' }],
       grants: null,
@@ -187,7 +187,7 @@ t.test('the subscriptions API', async (t) => {
     );
     return rows[0]?.mid ?? 'earliest';
   };
-  subscriptionRoutes(app, { subscriptions: subs, authorizer, lastEventId });
+  activeSubscriptionRoutes(app, { activeSubscriptions: subs, authorizer, lastEventId });
   const get = async (url: string, token?: string) => {
     const res = await app.inject({ url, headers: token ? { authorization: `Bearer ${token}` } : {} });
     // biome-ignore lint/suspicious/noExplicitAny: JSON read by the assertions
@@ -206,13 +206,13 @@ t.test('the subscriptions API', async (t) => {
   );
 
   const match = 'https://example.com/:selector';
-  const conn: SubscriptionConn = {
+  const conn: MercureSubscriber = {
     subscriber: newSubscriberId(),
     selectors: [{ match, matchType: 'urlpattern' }],
     grants: null,
   };
   await subs.opened(conn);
-  const other: SubscriptionConn = {
+  const other: MercureSubscriber = {
     subscriber: newSubscriberId(),
     selectors: [{ match: '/other', matchType: 'exact' }],
     grants: null,

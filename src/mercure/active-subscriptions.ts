@@ -1,21 +1,22 @@
 /**
  * Active subscriptions (draft-08 §Active Subscriptions, optional; on with MERCURE_SUBSCRIPTIONS):
- * every matcher of every hub connection is a subscription; its start and its end are published as
- * private updates of SSE type `mercure` on `<hub path>/subscriptions/{match_type}/{match}/{subscriber}`
- * (RFC 6570 simple expansion: each value percent-encoded once, `!'()*` included), and the
- * subscriptions API (subscription-routes.ts) lists the open ones.
+ * every matcher of every hub connection (subscriber) is a Mercure subscription; its start and its end
+ * are published as private updates of SSE type `mercure` on
+ * `<hub path>/subscriptions/{match_type}/{match}/{subscriber}` (RFC 6570 simple expansion: each value
+ * percent-encoded once, `!'()*` included), and the Mercure subscriptions API
+ * (active-subscription-routes.ts) lists the open ones.
  *
- * Each subscription row is written in the same transaction as its event (through the hub's own
- * commitfeed.mercure_append, `internal`), so the API and the events never disagree, on any replica.
+ * Each Mercure subscription's row is written in the same transaction as its event (through the hub's
+ * own commitfeed.mercure_append, `internal`), so the API and the events never disagree, on any replica.
  *
  * Lifecycle: one per process. start() registers the instance with a lease, renewed every third of
  * MERCURE_INSTANCE_LEASE; each renewal also sweeps instances whose lease ran out (they died without
  * closing their connections): their rows are deleted and `active: false` published for them, in one
  * transaction, by whichever survivor gets there first (row locks make it exactly once). If this
  * instance was swept while alive (a database outage longer than the lease), the next renewal
- * registers its open subscriptions again, with `active: true`. A database failure in opened() or
- * closed() is logged and the connection goes on (its subscription is then not listed, or is ended
- * by the sweep). stop() ends this instance's subscriptions and drops its lease.
+ * registers its open Mercure subscriptions again, with `active: true`. A database failure in opened()
+ * or closed() is logged and the connection goes on (its Mercure subscriptions are then not listed, or
+ * are ended by the sweep). stop() ends this instance's Mercure subscriptions and drops its lease.
  */
 import { randomUUID } from 'node:crypto';
 import { CompiledQuery } from 'kysely';
@@ -25,16 +26,17 @@ import type { MercureAuthorizer, MercureGrants } from './authorize.ts';
 import type { TopicSelector } from './match.ts';
 import { type MercureUpdate, appendUpdates } from './publish.ts';
 
-/** One hub connection, as the subscribe route reports it. */
-export interface SubscriptionConn {
-  /** Hub-assigned, unique per connection (a random `urn:uuid:`); never taken from the client. */
+/** A subscriber (one hub connection), as the subscribe route reports it. */
+export interface MercureSubscriber {
+  /** Its subscriber id: hub-assigned, unique per connection (a random `urn:uuid:`); never taken from
+   * the client. */
   subscriber: string;
   selectors: TopicSelector[];
   grants: MercureGrants | null;
 }
 
-/** The subscription document of the events and the API. */
-export interface SubscriptionDoc {
+/** A Mercure subscription's document, in its events and in the API. */
+export interface MercureSubscriptionDoc {
   id: string;
   type: 'subscription';
   match_type: string;
@@ -52,8 +54,8 @@ export function expandVar(value: string): string {
   );
 }
 
-/** The topic (and id) of a subscription: hub path + /subscriptions/{match_type}/{match}/{subscriber}. */
-export function subscriptionTopic(
+/** A Mercure subscription's topic (and id): hub path + /subscriptions/{match_type}/{match}/{subscriber}. */
+export function mercureSubscriptionTopic(
   hubPath: string,
   matchType: string,
   match: string,
@@ -65,7 +67,7 @@ export function subscriptionTopic(
 /** A new subscriber id: random, so it discloses nothing about the token (draft §Subscriber Identifier). */
 export const newSubscriberId = (): string => `urn:uuid:${randomUUID()}`;
 
-const asEvent = (doc: SubscriptionDoc): MercureUpdate => ({
+const asEvent = (doc: MercureSubscriptionDoc): MercureUpdate => ({
   topics: [doc.id],
   data: JSON.stringify(doc),
   private: true,
@@ -106,7 +108,7 @@ const LIST_SQL = `
 export class ActiveSubscriptions {
   /** This process's lease. */
   readonly instance = randomUUID();
-  private readonly live = new Map<string, SubscriptionConn>();
+  private readonly live = new Map<string, MercureSubscriber>();
   /** Per subscriber, the pending opened(): closed() waits for it, so `false` never precedes `true`. */
   private readonly pending = new Map<string, Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
@@ -126,12 +128,12 @@ export class ActiveSubscriptions {
     this.timer.unref();
   }
 
-  /** The documents of a connection's subscriptions (one per distinct matcher). */
-  docs(conn: SubscriptionConn, active: boolean): SubscriptionDoc[] {
+  /** The documents of a subscriber's Mercure subscriptions (one per distinct matcher). */
+  docs(conn: MercureSubscriber, active: boolean): MercureSubscriptionDoc[] {
     const seen = new Set<string>();
-    const out: SubscriptionDoc[] = [];
+    const out: MercureSubscriptionDoc[] = [];
     for (const s of conn.selectors) {
-      const id = subscriptionTopic(this.hubPath, s.matchType, s.match, conn.subscriber);
+      const id = mercureSubscriptionTopic(this.hubPath, s.matchType, s.match, conn.subscriber);
       if (seen.has(id)) continue;
       seen.add(id);
       const payload = this.authorizer.payloadFor(conn.grants, s.match);
@@ -148,8 +150,8 @@ export class ActiveSubscriptions {
     return out;
   }
 
-  /** A connection opened: its subscriptions are recorded and announced (`active: true`). */
-  opened(conn: SubscriptionConn): Promise<void> {
+  /** A subscriber connected: its Mercure subscriptions are recorded and announced (`active: true`). */
+  opened(conn: MercureSubscriber): Promise<void> {
     this.live.set(conn.subscriber, conn);
     const p = this.record(conn).catch((err) => {
       this.log.warn({ err, subscriber: conn.subscriber }, 'Mercure: could not record a subscription');
@@ -158,8 +160,8 @@ export class ActiveSubscriptions {
     return p;
   }
 
-  /** A connection closed: its subscriptions are removed and announced (`active: false`). */
-  async closed(conn: SubscriptionConn): Promise<void> {
+  /** A subscriber left: its Mercure subscriptions are removed and announced (`active: false`). */
+  async closed(conn: MercureSubscriber): Promise<void> {
     this.live.delete(conn.subscriber);
     await this.pending.get(conn.subscriber);
     this.pending.delete(conn.subscriber);
@@ -171,7 +173,7 @@ export class ActiveSubscriptions {
     }
   }
 
-  /** Ends this instance's subscriptions and drops its lease (at shutdown, after the streams ended). */
+  /** Ends this instance's Mercure subscriptions and drops its lease (at shutdown, once the streams ended). */
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     await this.beating;
@@ -182,12 +184,12 @@ export class ActiveSubscriptions {
     });
   }
 
-  /** Subscription documents, optionally of one matcher or one subscriber (at most `limit`). */
+  /** Mercure subscription documents, optionally of one matcher or one subscriber (at most `limit`). */
   async list(
     filter: { matchType?: string; match?: string; subscriber?: string },
     limit: number,
-  ): Promise<SubscriptionDoc[]> {
-    const { rows } = await this.db.executeQuery<{ doc: SubscriptionDoc }>(
+  ): Promise<MercureSubscriptionDoc[]> {
+    const { rows } = await this.db.executeQuery<{ doc: MercureSubscriptionDoc }>(
       CompiledQuery.raw(LIST_SQL, [
         filter.matchType ?? null,
         filter.match ?? null,
@@ -221,7 +223,7 @@ export class ActiveSubscriptions {
     }
   }
 
-  /** Ends the subscriptions of instances whose lease ran out; returns how many were ended. */
+  /** Ends the Mercure subscriptions of instances whose lease ran out; returns how many were ended. */
   async sweep(): Promise<number> {
     return inTransaction(this.db, async (trx) => {
       const { rows } = await trx.executeQuery<{ instance: string }>(
@@ -237,11 +239,11 @@ export class ActiveSubscriptions {
     });
   }
 
-  private async record(conn: SubscriptionConn): Promise<void> {
+  private async record(conn: MercureSubscriber): Promise<void> {
     const docs = this.docs(conn, true);
     if (docs.length === 0) return;
     await inTransaction(this.db, async (trx) => {
-      const { rows } = await trx.executeQuery<{ doc: SubscriptionDoc }>(
+      const { rows } = await trx.executeQuery<{ doc: MercureSubscriptionDoc }>(
         CompiledQuery.raw(INSERT_SQL, [
           docs.map((d) => d.id),
           docs.map((d) => d.subscriber),
@@ -264,7 +266,9 @@ export class ActiveSubscriptions {
   /** Deletes rows and publishes `active: false` for each, in one transaction. */
   private async end(query: string, params: unknown[], db: Db = this.db): Promise<number> {
     return inTransaction(db, async (trx) => {
-      const { rows } = await trx.executeQuery<{ doc: SubscriptionDoc }>(CompiledQuery.raw(query, params));
+      const { rows } = await trx.executeQuery<{ doc: MercureSubscriptionDoc }>(
+        CompiledQuery.raw(query, params),
+      );
       if (rows.length > 0)
         await appendUpdates(
           trx,

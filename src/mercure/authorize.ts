@@ -38,7 +38,7 @@ export const MAX_DETAIL_TOPICS = 100;
 
 export interface MercureGrants {
   publish: TopicSelector[];
-  /** In token order: the payload of the first entry matching a subscription is its payload. */
+  /** In token order: the payload of the first entry matching a Mercure subscription is its payload. */
   subscribe: { selector: TopicSelector; payload?: unknown }[];
   /** Seconds since the epoch (token expiry; the stream closes then). Infinity when access control
    * is off (AUTH=off, no MERCURE_ISSUERS): nothing expires, and no timer should be armed for it. */
@@ -230,8 +230,8 @@ export class MercureAuthorizer {
   }
 
   /**
-   * The payload of a subscription (draft §Payloads): that of the first subscribe entry whose
-   * selector matches the subscription's own matcher string taken as a topic.
+   * The payload of a Mercure subscription (draft §Payloads): that of the first subscribe entry whose
+   * selector matches the Mercure subscription's own matcher string taken as a topic.
    */
   payloadFor(grants: MercureGrants | null, match: string): unknown {
     if (grants === null) return undefined;

@@ -23,7 +23,7 @@ export interface ProtectedResourceMetadata {
 /** The metadata document: `header` is the only RFC 6750 method; the cookie has its own member. */
 export function protectedResourceMetadata(
   config: Config,
-  opts: { subscriptions: boolean },
+  opts: { activeSubscriptions: boolean },
 ): ProtectedResourceMetadata | undefined {
   if (!config.mercureResource) return undefined;
   return {
@@ -31,7 +31,7 @@ export function protectedResourceMetadata(
     authorization_details_types_supported: [DETAIL_TYPE],
     bearer_methods_supported: ['header'],
     mercure_cookie: config.mercureCookie,
-    ...(opts.subscriptions ? { mercure_subscriptions: true as const } : {}),
+    ...(opts.activeSubscriptions ? { mercure_subscriptions: true as const } : {}),
   };
 }
 
@@ -51,7 +51,7 @@ const prmSchema = {
 export function discoveryRoutes(
   app: FastifyInstance,
   config: Config,
-  opts: { subscriptions: boolean },
+  opts: { activeSubscriptions: boolean },
 ): void {
   const doc = protectedResourceMetadata(config, opts);
   if (doc === undefined) return;

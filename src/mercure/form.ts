@@ -1,6 +1,6 @@
 /**
  * The one strict `application/x-www-form-urlencoded` parser of the hub, for publish bodies and
- * subscription queries (draft-08: both MUST be parsed with the WHATWG algorithm). Only `&` separates
+ * subscribe queries (draft-08: both MUST be parsed with the WHATWG algorithm). Only `&` separates
  * pairs, `+` is a space, a bare name is an empty value, and the first `=` splits name from value.
  * Unlike URLSearchParams, which puts U+FFFD where bytes are not UTF-8, this refuses them: the draft
  * says names and values MUST be UTF-8, and a silently repaired topic would be a different topic.

@@ -118,7 +118,7 @@ export interface MercureMintOptions {
   sub?: string;
   publish?: TopicSelector[];
   subscribe?: TopicSelector[];
-  /** The subscribe entry's payload (shown in subscription events). */
+  /** The subscribe entry's payload (shown in Mercure subscription events). */
   payload?: Record<string, unknown>;
 }
 

@@ -1,5 +1,5 @@
 /**
- * Where a Mercure subscription starts (draft-08 §Reconciliation), resolved before any header is
+ * Where a Mercure subscriber starts (draft-08 §Reconciliation), resolved before any header is
  * sent. The `Last-Event-ID` header wins over the `last_event_id` query parameter.
  *
  * - none: the live tail (a position after every acknowledged update, as native `latest` starts), and

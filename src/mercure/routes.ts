@@ -1,7 +1,7 @@
 /**
  * The Mercure hub's routes at /.well-known/mercure (draft-08): POST publishes an update (a form
  * body; publish-route.ts), GET subscribes over SSE (subscribe-route.ts). No SQL here: publishes go
- * through the hub's own group-commit batcher (commitfeed.mercure_append), subscriptions through the
+ * through the hub's own group-commit batcher (commitfeed.mercure_append), subscribers through the
  * feed's tailer and hub as a Selection (subscribe.ts), so Mercure updates share the native API's
  * order, catch-up, hand-over, backpressure and retention.
  *
@@ -32,8 +32,8 @@ export interface MercureDeps {
   feed: Feed;
   /** Built from the configuration (MERCURE_ISSUERS, MERCURE_RESOURCE, ...). */
   authorizer: MercureAuthorizer;
-  /** Active subscriptions (active-subscriptions.ts), told of every connection's start and end. */
-  subscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
+  /** Active subscriptions (active-subscriptions.ts), told of every subscriber's start and end. */
+  activeSubscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
 }
 
 export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Promise<void> {
@@ -53,6 +53,13 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
       (_req, body, done) => done(null, body),
     );
     publishRoute(scope, { config, authorizer, batcher, stats });
-    subscribeRoute(scope, { config, db, feed, authorizer, stats, subscriptions: deps.subscriptions });
+    subscribeRoute(scope, {
+      config,
+      db,
+      feed,
+      authorizer,
+      stats,
+      activeSubscriptions: deps.activeSubscriptions,
+    });
   });
 }

@@ -2,7 +2,7 @@
  * GET /.well-known/mercure (draft-08 §Subscription): an SSE stream of the updates the query's
  * matchers select and the token may read. It resumes where the request says (resume.ts), runs on the
  * feed's tailer and hub as a MercureSelection (subscribe.ts), and ends when the token expires. With
- * active subscriptions on, the registry hears of every connection's start and end. No SQL here.
+ * active subscriptions on, the registry hears of every subscriber's start and end. No SQL here.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/config.ts';
@@ -26,8 +26,8 @@ export interface SubscribeRouteDeps {
   feed: Feed;
   authorizer: MercureAuthorizer;
   stats: MercureStats;
-  /** Active subscriptions (active-subscriptions.ts), told of every connection's start and end. */
-  subscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
+  /** Active subscriptions (active-subscriptions.ts), told of every subscriber's start and end. */
+  activeSubscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
 }
 
 const subscribeSchema = {
@@ -104,7 +104,7 @@ async function subscribe(
         : undefined,
   });
   const subscriber = feed.hub.subscribe([MERCURE_STREAM], resume.cursor, stream.sink, selection);
-  const active = deps.subscriptions;
+  const active = deps.activeSubscriptions;
   const conn = active && { subscriber: newSubscriberId(), selectors: req.selectors, grants };
   if (active && conn) void active.opened(conn);
   stats.subscribers++;

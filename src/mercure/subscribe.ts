@@ -1,9 +1,10 @@
 /**
- * A Mercure subscription as a hub Selection (src/feed/subscriber.ts): which updates one connection
- * receives and how it catches up. An update is taken when any of its topics (canonical or alternate) matches
- * any of the connection's matchers — once, however many match — and, when it is private, when the
- * token's subscribe grants match any of its topics (draft-08 §Authorization: matchers route, grants
- * authorize; an anonymous subscriber never receives a private update).
+ * A Mercure subscriber as a hub Selection (src/feed/subscriber.ts): which updates one connection
+ * receives and how it catches up. An update is taken when any of its topics (canonical or alternate)
+ * matches any of the connection's matchers (its Mercure subscriptions) — once, however many match —
+ * and, when it is private, when the token's subscribe grants match any of its topics (draft-08
+ * §Authorization: matchers route, grants authorize; an anonymous subscriber never receives a private
+ * update).
  *
  * Catch-up: when every matcher is an exact topic, pages come from the commitfeed.mercure_topics index
  * (only the connection's topics are read); otherwise (URL patterns, `*`) from the updates stream in
@@ -25,7 +26,7 @@ import { MERCURE_STREAM, mercureFrame, updateOf } from './frames.ts';
 import { MatcherError, type TopicMatcher, type TopicSelector, compileSelectors } from './match.ts';
 import { readTopicRange } from './queries.ts';
 
-/** Most matchers in one subscription request (over: 400). */
+/** Most matchers in one subscribe request (over: 400). */
 export const MAX_MATCHERS = 100;
 
 /** What a subscribe request asks for (its query, parsed strictly). */
@@ -63,7 +64,7 @@ export function subscribeRequest(pairs: readonly FormPair[]): SubscribeRequest {
       throw new ApiError(400, 'invalid_matcher', `${name} must not contain control or format characters`);
     }
     const key = `${matchType} ${value}`;
-    if (seen.has(key)) continue; // identical (type, value) pairs are one subscription
+    if (seen.has(key)) continue; // identical (type, value) pairs are one Mercure subscription
     seen.add(key);
     selectors.push({ match: value, matchType });
     if (selectors.length > MAX_MATCHERS) {

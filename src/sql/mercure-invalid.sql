@@ -3,7 +3,7 @@
 -- are in characters; the limits are the hub's (src/mercure/limits.ts). Control characters are C0,
 -- DEL and C1; format characters are Unicode's general category Cf (Unicode 17, generated from
 -- JavaScript's \p{Cf}; test/mercure-sql.test.ts checks that both agree). `internal`: the hub's own
--- updates (subscription events) may use the reserved namespace and the type `mercure`.
+-- updates (Mercure subscription events) may use the reserved namespace and the type `mercure`.
 create or replace function commitfeed.mercure_invalid(
   topics text[], id text, type text, retry bigint, data_is_string boolean, internal boolean)
 returns text

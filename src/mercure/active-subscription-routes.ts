@@ -1,18 +1,18 @@
 /**
- * The subscriptions API (draft-08 §Subscription API, on with MERCURE_SUBSCRIPTIONS): GET
+ * The Mercure subscriptions API (draft-08 §Subscription API, on with MERCURE_SUBSCRIPTIONS): GET
  * <hub>/subscriptions, …/{match_type}/{match} and …/{match_type}/{match}/{subscriber} list the
- * active subscriptions the registry (active-subscriptions.ts) holds. Each needs a `subscribe` grant
+ * active Mercure subscriptions the registry (active-subscriptions.ts) holds. Each needs a `subscribe` grant
  * on the URL's path (the same form as the event topics, so one grant covers both). No SQL here.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors.ts';
 import { errorSchema } from '../http/errors.ts';
-import { type ActiveSubscriptions, expandVar, subscriptionTopic } from './active-subscriptions.ts';
+import { type ActiveSubscriptions, expandVar, mercureSubscriptionTopic } from './active-subscriptions.ts';
 import type { MercureAuthorizer } from './authorize.ts';
 import { sendMercureError } from './challenge.ts';
 import { hubLink } from './discovery.ts';
 
-/** Most subscriptions one API answer lists (the draft lets collections be truncated). */
+/** Most Mercure subscriptions one API answer lists (the draft lets collections be truncated). */
 export const MAX_LISTED = 10_000;
 
 const docSchema = {
@@ -39,8 +39,8 @@ const collectionSchema = {
 } as const;
 const problem = { type: 'object', additionalProperties: true } as const;
 
-export interface SubscriptionRoutesDeps {
-  subscriptions: ActiveSubscriptions;
+export interface ActiveSubscriptionRoutesDeps {
+  activeSubscriptions: ActiveSubscriptions;
   authorizer: MercureAuthorizer;
   /** The id of the last update every subscriber can already be sent (else `earliest`): read before
    * the rows, so a client that subscribes from it misses no event of what it listed. */
@@ -51,7 +51,7 @@ type MatcherReq = { Params: { match_type: string; match: string } };
 type OneReq = { Params: { match_type: string; match: string; subscriber: string } };
 type Filter = { matchType?: string; match?: string; subscriber?: string };
 
-export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRoutesDeps): void {
+export function activeSubscriptionRoutes(app: FastifyInstance, deps: ActiveSubscriptionRoutesDeps): void {
   const hubPath = new URL(deps.authorizer.hub).pathname;
   const base = `${hubPath}/subscriptions`;
   const common = {
@@ -110,7 +110,7 @@ export function subscriptionRoutes(app: FastifyInstance, deps: SubscriptionRoute
 }
 
 function listOfMatcher(
-  deps: SubscriptionRoutesDeps,
+  deps: ActiveSubscriptionRoutesDeps,
   base: string,
   request: FastifyRequest<MatcherReq>,
   reply: FastifyReply,
@@ -121,26 +121,26 @@ function listOfMatcher(
 }
 
 function showOne(
-  deps: SubscriptionRoutesDeps,
+  deps: ActiveSubscriptionRoutesDeps,
   hubPath: string,
   request: FastifyRequest<OneReq>,
   reply: FastifyReply,
 ): Promise<FastifyReply> {
   const { match_type: matchType, match, subscriber } = request.params;
-  const id = subscriptionTopic(hubPath, matchType, match, subscriber);
+  const id = mercureSubscriptionTopic(hubPath, matchType, match, subscriber);
   return answer(deps, request, reply, id, { matchType, match, subscriber }, true);
 }
 
 /** The answer of every route: the collection (or `single` document) `id` names, once authorized. */
 async function answer(
-  deps: SubscriptionRoutesDeps,
+  deps: ActiveSubscriptionRoutesDeps,
   request: FastifyRequest,
   reply: FastifyReply,
   id: string,
   filter: Filter,
   single: boolean,
 ): Promise<FastifyReply> {
-  const { subscriptions, authorizer } = deps;
+  const { activeSubscriptions, authorizer } = deps;
   const auth = await authorizer.authenticate(request, 'subscribe');
   if (!auth.ok) return sendMercureError(reply, auth);
   if (auth.grants === null) {
@@ -156,7 +156,7 @@ async function answer(
     );
   }
   const last = await deps.lastEventId();
-  const docs = await subscriptions.list(filter, single ? 1 : MAX_LISTED);
+  const docs = await activeSubscriptions.list(filter, single ? 1 : MAX_LISTED);
   reply
     .header(
       'link',
