@@ -8,7 +8,7 @@ import t from 'tap';
 import { CommitfeedClient, CommitfeedError, type StreamEvent } from '../src/client/index.ts';
 import { openSse, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
-/** Collects a subscription's events in the background. */
+/** Collects a `Subscription`'s events in the background. */
 function collect<T>(iter: AsyncIterable<StreamEvent<T>>) {
   const events: StreamEvent<T>[] = [];
   let error: unknown;

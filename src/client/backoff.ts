@@ -1,4 +1,4 @@
-/** Waiting between attempts: shared by a subscription's reconnects and a worker's failed claims. */
+/** Waiting between attempts: shared by a `Subscription`'s reconnects and a worker's failed claims. */
 
 export interface BackoffOptions {
   /** First retry delay in ms (the server's `retry:` hint wins when larger). Default 250. */

@@ -64,7 +64,7 @@ export class CommitfeedClient extends HttpClient {
 
   /**
    * Subscribes to one stream or several (one connection either way) over SSE. Iterate the result,
-   * or pass `onEvent`. The subscription resumes by itself after any failure; it ends only when
+   * or pass `onEvent`. The `Subscription` resumes by itself after any failure; it ends only when
    * closed (`close()`, `signal`, `break` out of the loop) or on an error no retry can fix (a 4xx
    * such as `invalid_name` or 403), which the iterator throws.
    */

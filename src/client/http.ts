@@ -1,6 +1,6 @@
 /**
  * The client's HTTP core: the base URL, the headers every request carries (the bearer token among
- * them), one JSON request, and the SSE request a subscription opens. CommitfeedClient builds on it.
+ * them), one JSON request, and the SSE request a `Subscription` opens. CommitfeedClient builds on it.
  */
 import { errorFrom, networkError } from './errors.ts';
 
@@ -49,7 +49,7 @@ export class HttpClient {
     return (await res.json()) as T;
   }
 
-  /** @internal the SSE request of a subscription. */
+  /** @internal the SSE request of a `Subscription`. */
   openStream(
     streams: readonly string[],
     position: { lastId?: string; from?: string },

@@ -1,10 +1,11 @@
 /**
- * A live subscription: SSE over fetch that resumes by itself. After *any* failure — a dropped
- * connection, a server restart, a non-200 answer, the server's `event: unavailable`, no bytes within
- * the idle timeout — it reconnects with exponential backoff and `Last-Event-ID` set to the last id it
- * saw, including the id the server primes at connect. Nothing is lost or repeated. An `event: reset`
- * (the cursor fell behind retention) moves the cursor to the server's `resumeFrom` and tells
- * `onReset`: native `EventSource` cannot follow either of those.
+ * A `Subscription` (what `subscribe` returns): a subscriber seen from the client, SSE over fetch that
+ * resumes by itself. After *any* failure — a dropped connection, a server restart, a non-200 answer,
+ * the server's `event: unavailable`, no bytes within the idle timeout — it reconnects with exponential
+ * backoff and `Last-Event-ID` set to the last id it saw, including the id the server primes at
+ * connect. Nothing is lost or repeated. An `event: reset` (the cursor fell behind retention) moves
+ * the cursor to the server's `resumeFrom` and tells `onReset`: native `EventSource` cannot follow
+ * either of those.
  */
 import { type BackoffOptions, backoffDelay, sleep } from './backoff.ts';
 import { CommitfeedError, errorFrom, networkError } from './errors.ts';
@@ -24,9 +25,9 @@ export interface StreamEvent<T = unknown> {
 
 export interface ResetInfo {
   reason: string;
-  /** The cursor the subscription continues from. */
+  /** The cursor the `Subscription` continues from. */
   resumeFrom: string;
-  /** The cursor the subscription was at when the server reset it. */
+  /** The cursor the `Subscription` was at when the server reset it. */
   lastId: string | undefined;
 }
 
@@ -48,7 +49,7 @@ export interface SubscribeOptions<T = unknown> {
   after?: string;
   /**
    * Push instead of pull: each event is handed to `onEvent` (awaited, so a slow handler slows the
-   * stream instead of buffering it), and the subscription runs without being iterated. Its `done`
+   * stream instead of buffering it), and the `Subscription` runs without being iterated. Its `done`
    * settles when it stops.
    */
   onEvent?: (event: StreamEvent<T>) => unknown;
@@ -62,7 +63,7 @@ export interface SubscribeOptions<T = unknown> {
    * sends a heartbeat every 15 s by default). Default 45000 ms; 0 disables.
    */
   idleTimeoutMs?: number;
-  /** Stops the subscription (like `close()`). */
+  /** Stops the `Subscription` (like `close()`). */
   signal?: AbortSignal;
 }
 
@@ -73,13 +74,13 @@ interface Attempt {
   openedAt: number;
 }
 
-/** A live subscription: an async iterator of events that resumes by itself. */
+/** A subscriber, client side: an async iterator of events that resumes by itself (a connection at a time). */
 export class Subscription<T = unknown> implements AsyncIterable<StreamEvent<T>> {
   /** The cursor of the last event delivered (or the primed connect point): where a reconnect resumes. */
   lastId: string | undefined;
   /** Reconnections so far. */
   reconnects = 0;
-  /** With `onEvent`: settles when the subscription stops (rejects on an error it cannot retry). */
+  /** With `onEvent`: settles when the `Subscription` stops (rejects on an error it cannot retry). */
   readonly done: Promise<void>;
   private readonly abort = new AbortController();
   private iterating = false;
@@ -106,7 +107,7 @@ export class Subscription<T = unknown> implements AsyncIterable<StreamEvent<T>> 
     } else this.done = Promise.resolve();
   }
 
-  /** Stops the subscription; the iterator ends normally. */
+  /** Stops the `Subscription`; the iterator ends normally. */
   close(): void {
     this.abort.abort();
   }
