@@ -75,7 +75,7 @@ export const DELIVERY_SETTINGS = {
     'START_WAIT',
     '5s',
     0,
-    'Longest wait for a safe start position (a `latest` subscription, a JSON read after a publish) while an open transaction holds committed events behind the horizon; then 503 with Retry-After.',
+    'Longest wait for a safe start position (a subscriber starting at `latest`, a JSON read after a publish) while an open transaction holds committed events behind the horizon; then 503 with Retry-After.',
     { max: MAX_SETTING_MS },
   ),
   heartbeatMs: duration(

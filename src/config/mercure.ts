@@ -1,6 +1,6 @@
 /**
  * Settings of the Mercure hub: the issuers it trusts and their keys, its resource identifier, the
- * algorithms, anonymous subscribers, the cookie and its CSRF origins, and active subscriptions.
+ * algorithms, anonymous subscribers, the cookie and its CSRF origins, and active (Mercure) subscriptions.
  */
 import {
   MAX_SETTING_MS,
@@ -133,13 +133,13 @@ export const MERCURE_SETTINGS = {
   mercureSubscriptions: bool(
     'MERCURE_SUBSCRIPTIONS',
     false,
-    "Active subscriptions: each subscription's start and end published as a private update on <hub>/subscriptions/{match_type}/{match}/{subscriber}, and the subscriptions API.",
+    "Active subscriptions: each Mercure subscription's start and end (one per matcher of a hub connection) published as a private update on <hub>/subscriptions/{match_type}/{match}/{subscriber}, and the Mercure subscriptions API.",
   ),
   mercureInstanceLeaseMs: duration(
     'MERCURE_INSTANCE_LEASE',
     '30s',
     1000,
-    'An instance renews its lease every third of this; when it dies, another instance publishes `active: false` for its subscriptions once the lease has run out.',
+    'An instance renews its lease every third of this; when it dies, another instance publishes `active: false` for its Mercure subscriptions once the lease has run out.',
     { max: MAX_SETTING_MS },
   ),
 } satisfies Record<string, Setting<unknown>>;
