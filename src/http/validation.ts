@@ -26,6 +26,9 @@ export function strictBodyValidator(): ValidatorFactory {
   }) as ValidatorFactory;
 }
 
+/** Most items one request may carry: events of a publish, jobs of an enqueue, acks of a batch ack. */
+export const MAX_BATCH = 1000;
+
 /**
  * The schema of a body that is one `item` (an object) or an array of 1..`maxItems` of them. The
  * branch is chosen by the body's JSON type (if/then/else rather than oneOf), so a body with one

@@ -4,9 +4,7 @@ import { NAME_PATTERN } from '../feed/names.ts';
 import { CURSOR_PATTERN } from '../feed/cursor.ts';
 import { errorSchema } from '../http/errors.ts';
 import { GLOB_PATTERN } from './glob.ts';
-import { batchOf } from '../http/validation.ts';
-
-export const MAX_BATCH = 1000;
+import { MAX_BATCH, batchOf } from '../http/validation.ts';
 
 export const streamParams = {
   type: 'object',

@@ -1,7 +1,6 @@
 /** Schemas of POST /v1/queues/{queue}/jobs: one job or a batch. */
 import { errorSchema } from '../../http/errors.ts';
-import { batchOf } from '../../http/validation.ts';
-import { MAX_BATCH } from '../../streams/schemas.ts';
+import { MAX_BATCH, batchOf } from '../../http/validation.ts';
 import { jobInput } from '../schemas.ts';
 
 export const enqueueBody = batchOf(

@@ -1,6 +1,6 @@
 /** Schemas of settling claimed jobs: ack, nack, extend, and the batch ack (a claim's `ack` too). */
 import { errorSchema } from '../../http/errors.ts';
-import { MAX_BATCH } from '../../streams/schemas.ts';
+import { MAX_BATCH } from '../../http/validation.ts';
 import { MAX_SECONDS } from '../validate.ts';
 import { JOB_ID_PATTERN, errors, seconds } from '../schemas.ts';
 
