@@ -5,6 +5,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
+import { namedResourceRoutes } from './named-routes.ts';
 import { ApiError } from '../errors.ts';
 import { toJobInput } from '../queues/validate.ts';
 import {
@@ -64,55 +65,26 @@ export function scheduleRoutes(app: FastifyInstance, deps: ScheduleRouteDeps): v
     },
     (request, reply) => putOne(deps, request, reply),
   );
-  app.get(
-    '/v1/schedules',
-    { config: ADMIN, schema: { tags, summary: 'Every schedule', response: scheduleListResponse } },
-    () => listAll(deps),
-  );
-  app.get<NameReq>(
-    '/v1/schedules/:name',
-    {
-      config: ADMIN,
-      schema: {
-        tags,
-        summary: 'One schedule: last and next tick, jobs enqueued',
-        params: nameParams,
-        response: scheduleResponse,
-      },
+  namedResourceRoutes(app, {
+    path: '/v1/schedules',
+    tags,
+    listKey: 'schedules',
+    listResponse: scheduleListResponse,
+    response: scheduleResponse,
+    summaries: {
+      list: 'Every schedule',
+      show: 'One schedule: last and next tick, jobs enqueued',
+      delete: 'Delete a schedule (jobs already enqueued stay)',
+      pause: 'Stop enqueueing ticks',
+      resume: 'Enqueue ticks again (those passed meanwhile follow the catch-up policy)',
     },
-    (request) => showOne(deps, request.params.name),
-  );
-  app.delete<NameReq>(
-    '/v1/schedules/:name',
-    {
-      config: ADMIN,
-      schema: {
-        tags,
-        summary: 'Delete a schedule (jobs already enqueued stay)',
-        params: nameParams,
-        response: deletedResponse,
-      },
-    },
-    (request, reply) => deleteOne(deps, request.params.name, reply),
-  );
-  for (const action of ['pause', 'resume'] as const) {
-    const paused = action === 'pause';
-    app.post<NameReq>(
-      `/v1/schedules/:name/${action}`,
-      {
-        config: ADMIN,
-        schema: {
-          tags,
-          summary: paused
-            ? 'Stop enqueueing ticks'
-            : 'Enqueue ticks again (those passed meanwhile follow the catch-up policy)',
-          params: nameParams,
-          response: scheduleResponse,
-        },
-      },
-      (request) => setPaused(deps, request.params.name, paused),
-    );
-  }
+    list: (name) => listSchedules(deps.db, name),
+    remove: (name) => deleteSchedule(deps.db, name),
+    setPaused: (name, paused) => setSchedulePaused(deps.db, name, paused),
+    notFound,
+    show: showSchedule,
+    resumed: () => deps.scheduler.wake(),
+  });
 }
 
 const notFound = (name: string) => new ApiError(404, 'schedule_not_found', `no schedule named ${name}`);
@@ -143,26 +115,4 @@ async function putOne(
   });
   scheduler.wake();
   return reply.code(created ? 201 : 200).send(showSchedule(schedule));
-}
-
-async function listAll(deps: ScheduleRouteDeps) {
-  return { schedules: (await listSchedules(deps.db, null)).map(showSchedule) };
-}
-
-async function showOne(deps: ScheduleRouteDeps, name: string) {
-  const [s] = await listSchedules(deps.db, name);
-  if (!s) throw notFound(name);
-  return showSchedule(s);
-}
-
-async function deleteOne(deps: ScheduleRouteDeps, name: string, reply: FastifyReply) {
-  if (!(await deleteSchedule(deps.db, name))) throw notFound(name);
-  return reply.code(204).send();
-}
-
-async function setPaused(deps: ScheduleRouteDeps, name: string, paused: boolean) {
-  const s = await setSchedulePaused(deps.db, name, paused);
-  if (!s) throw notFound(name);
-  if (!paused) deps.scheduler.wake();
-  return showSchedule(s);
 }

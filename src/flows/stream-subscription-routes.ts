@@ -6,6 +6,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
+import { namedResourceRoutes } from './named-routes.ts';
 import { ApiError } from '../errors.ts';
 import { parseCursor } from '../feed/cursor.ts';
 import { toJobInput } from '../queues/validate.ts';
@@ -58,58 +59,25 @@ export function streamSubscriptionRoutes(app: FastifyInstance, deps: StreamSubsc
     },
     (request, reply) => createOne(deps, request, reply),
   );
-  app.get(
-    '/v1/subscriptions',
-    {
-      config: ADMIN,
-      schema: { tags, summary: 'Every stream subscription', response: streamSubscriptionListResponse },
+  namedResourceRoutes(app, {
+    path: '/v1/subscriptions',
+    tags,
+    listKey: 'subscriptions',
+    listResponse: streamSubscriptionListResponse,
+    response: streamSubscriptionResponse,
+    summaries: {
+      list: 'Every stream subscription',
+      show: 'One stream subscription: cursor, jobs made, events lost to retention',
+      delete: 'Delete a stream subscription (its jobs stay queued)',
+      pause: 'Pause a stream subscription: no more jobs (its cursor waits; retention may overtake it)',
+      resume: 'Resume a stream subscription: events become jobs again, from its cursor',
     },
-    () => listAll(deps),
-  );
-  app.get<NameReq>(
-    '/v1/subscriptions/:name',
-    {
-      config: ADMIN,
-      schema: {
-        tags,
-        summary: 'One stream subscription: cursor, jobs made, events lost to retention',
-        params: nameParams,
-        response: streamSubscriptionResponse,
-      },
-    },
-    (request) => showOne(deps, request.params.name),
-  );
-  app.delete<NameReq>(
-    '/v1/subscriptions/:name',
-    {
-      config: ADMIN,
-      schema: {
-        tags,
-        summary: 'Delete a stream subscription (its jobs stay queued)',
-        params: nameParams,
-        response: deletedResponse,
-      },
-    },
-    (request, reply) => deleteOne(deps, request.params.name, reply),
-  );
-  for (const action of ['pause', 'resume'] as const) {
-    const paused = action === 'pause';
-    app.post<NameReq>(
-      `/v1/subscriptions/:name/${action}`,
-      {
-        config: ADMIN,
-        schema: {
-          tags,
-          summary: paused
-            ? 'Pause a stream subscription: no more jobs (its cursor waits; retention may overtake it)'
-            : 'Resume a stream subscription: events become jobs again, from its cursor',
-          params: nameParams,
-          response: streamSubscriptionResponse,
-        },
-      },
-      (request) => setPaused(deps, request.params.name, paused),
-    );
-  }
+    list: (name) => listStreamSubscriptions(deps.db, name),
+    remove: (name) => deleteStreamSubscription(deps.db, name),
+    setPaused: (name, paused) => setStreamSubscriptionPaused(deps.db, name, paused),
+    notFound,
+    resumed: () => deps.follower.wake(),
+  });
 }
 
 const notFound = (name: string) =>
@@ -140,26 +108,4 @@ async function createOne(
   });
   follower.wake();
   return reply.code(201).send(sub);
-}
-
-async function listAll(deps: StreamSubscriptionRouteDeps) {
-  return { subscriptions: await listStreamSubscriptions(deps.db, null) };
-}
-
-async function showOne(deps: StreamSubscriptionRouteDeps, name: string) {
-  const [sub] = await listStreamSubscriptions(deps.db, name);
-  if (!sub) throw notFound(name);
-  return sub;
-}
-
-async function deleteOne(deps: StreamSubscriptionRouteDeps, name: string, reply: FastifyReply) {
-  if (!(await deleteStreamSubscription(deps.db, name))) throw notFound(name);
-  return reply.code(204).send();
-}
-
-async function setPaused(deps: StreamSubscriptionRouteDeps, name: string, paused: boolean) {
-  const sub = await setStreamSubscriptionPaused(deps.db, name, paused);
-  if (!sub) throw notFound(name);
-  if (!paused) deps.follower.wake();
-  return sub;
 }
