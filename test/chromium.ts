@@ -35,6 +35,9 @@ export async function launchChromium(
     args: FLAGS,
     viewport,
   });
+  // The tests run under tsx, whose esbuild keeps function names by wrapping functions in
+  // `__name(fn, "name")`: a function handed to page.evaluate carries those calls into the page.
+  await context.addInitScript('globalThis.__name = (fn) => fn;');
   t.teardown(async () => {
     await context.close().catch(() => {});
     rmSync(userDataDir, { recursive: true, force: true });
