@@ -121,7 +121,10 @@ t.test(
     const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
     const db = sqlClient(t, dbUrl);
     const { port } = new URL(url);
-    type Outcome = ({ status: number; retryAfter?: string; id?: string } | { error: string }) & {
+    type Outcome = (
+      | { status: number; retryAfter?: string; id?: string }
+      | { error: string; reusedSocket?: boolean }
+    ) & {
       sentBeforeShutdown?: boolean;
       kind?: 'event' | 'job';
     };
@@ -165,7 +168,9 @@ t.test(
             res.on('error', (e) => resolve({ error: `response: ${e.message}` }));
           },
         );
-        req.on('error', (e: NodeJS.ErrnoException) => resolve({ error: e.code ?? e.message }));
+        req.on('error', (e: NodeJS.ErrnoException) =>
+          resolve({ error: e.code ?? e.message, reusedSocket: req.reusedSocket }),
+        );
         req.end(body);
       });
     const outcomes: Outcome[] = [];
@@ -189,9 +194,13 @@ t.test(
     t.equal(await exited, 0, 'exited 0');
 
     // A refused connection never reached the server; anything else that did must get an answer.
-    const broken = outcomes.filter(
-      (o) => 'error' in o && (o.sentBeforeShutdown || o.error !== 'ECONNREFUSED'),
-    );
+    // Neither did a request sent after SIGTERM on a kept-alive socket that the server closed as idle
+    // when its drain was over: a reset on a reused socket, HTTP/1.1's race, which a client retries (on
+    // a loaded machine the client learns of the close only as it writes). The tables below show that
+    // none of them was stored.
+    const neverReached = (o: { error: string; reusedSocket?: boolean }) =>
+      o.error === 'ECONNREFUSED' || (o.error === 'ECONNRESET' && o.reusedSocket);
+    const broken = outcomes.filter((o) => 'error' in o && (o.sentBeforeShutdown || !neverReached(o)));
     t.same(broken, [], 'every request that reached the server got an HTTP answer (no reset)');
     t.comment(
       `${outcomes.length} requests, ${outcomes.filter((o) => 'error' in o).length} refused at connect`,
