@@ -35,9 +35,6 @@ export async function launchChromium(
     args: FLAGS,
     viewport,
   });
-  // The tests run under tsx, whose esbuild keeps function names by wrapping functions in
-  // `__name(fn, "name")`: a function handed to page.evaluate carries those calls into the page.
-  await context.addInitScript('globalThis.__name = (fn) => fn;');
   t.teardown(async () => {
     await context.close().catch(() => {});
     rmSync(userDataDir, { recursive: true, force: true });

@@ -6,6 +6,9 @@
  * Before tap starts, one migrated template database is built for this run (test/template-database.ts);
  * each test file clones its databases from it. After tap ends, the template and any test database of
  * this run that a crashed file left behind are dropped, so a shared server keeps nothing of the run.
+ *
+ * tap (package.json's `tap`) imports the test files through test/ts-loader.mjs and loads only the
+ * plugins the tests use: a test that needs another (t.mock, snapshots, fixtures) removes its `!` entry.
  */
 import { spawn } from 'node:child_process';
 import os from 'node:os';
