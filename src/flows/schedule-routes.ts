@@ -21,8 +21,6 @@ import type { Scheduler } from './scheduler.ts';
 import {
   ADMIN,
   type JobOptions,
-  type NameReq,
-  deletedResponse,
   nameParams,
   scheduleBody,
   scheduleListResponse,

@@ -14,9 +14,6 @@ import type { Follower } from './follower.ts';
 import {
   ADMIN,
   type JobOptions,
-  type NameReq,
-  deletedResponse,
-  nameParams,
   streamSubscriptionBody,
   streamSubscriptionListResponse,
   streamSubscriptionResponse,
