@@ -16,7 +16,7 @@ import path from 'node:path';
 import { startEmbeddedPostgres } from '../src/db/embedded.ts';
 import { createMigratedDatabase, dropRunDatabases, newRunId, templateName } from './template-database.ts';
 
-const TEST_PG_PORT = Number(process.env.TEST_PG_PORT ?? 54339);
+const TEST_PG_PORT = Number(process.env.TEST_PG_PORT ?? 25339);
 
 function tap(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
   return new Promise<number>((resolve) => {

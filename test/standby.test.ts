@@ -16,7 +16,7 @@ import { type SseReader, openSse, publish, sleep, sqlClient, startTestServer, un
 import { type StandbyCluster, startStandbyCluster } from './standby-cluster.ts';
 
 // Two ports of their own beside the run's PostgreSQL (primary, standby): TEST_PG_PORT + 10 and + 11.
-const PORT = Number(process.env.TEST_PG_PORT ?? 54339) + 10;
+const PORT = Number(process.env.TEST_PG_PORT ?? 25339) + 10;
 
 t.setTimeout(120_000);
 

@@ -805,8 +805,8 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.a
     streams: arg('streams', 5),
     replicas: arg('replicas', 2),
     standby: process.argv.includes('--standby'),
-    pgPort: arg('pg-port', 54360),
-    basePort: arg('port', 54370),
+    pgPort: arg('pg-port', 25360),
+    basePort: arg('port', 25370),
     verbose: !process.argv.includes('--quiet'),
   });
   console.log(result.verdict);

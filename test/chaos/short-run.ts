@@ -5,14 +5,14 @@
  * that reruns the seed; each test checks its own faults on the returned counts.
  *
  * Ports derive from the run's own TEST_PG_PORT, so concurrent runs on one machine (each with its own)
- * never share a cluster or a service port, and are away from a checker run by hand (54360/54370).
+ * never share a cluster or a service port, and are away from a checker run by hand (25360/25370).
  * The two modes never share one either: primary-only, PostgreSQL on +1000 and services from +1010;
  * standby, the primary on +1020, the standby on +1021 and services from +1030.
  */
 import type { Test } from 'tap';
 import { type ChaosResult, runChaos } from './checker.ts';
 
-const TEST_PG_PORT = Number(process.env.TEST_PG_PORT ?? 54339);
+const TEST_PG_PORT = Number(process.env.TEST_PG_PORT ?? 25339);
 
 export async function shortChaosRun(t: Test, mode: { standby: boolean }): Promise<ChaosResult> {
   const seed = Number(process.env.CHAOS_SEED ?? Math.floor(Math.random() * 1e6));
