@@ -1,6 +1,8 @@
 /**
  * Settings of the Mercure hub: the issuers it trusts and their keys, its resource identifier, the
- * algorithms, anonymous subscribers, the cookie and its CSRF origins, and active (Mercure) subscriptions.
+ * algorithms, anonymous subscribers, the cookie and its CSRF origins, active (Mercure) subscriptions,
+ * and the 0.x compatibility mode with the 0.x hub's own key variables (checked together at start-up,
+ * where the hub builds its issuers: src/mercure/legacy-issuer.ts).
  */
 import {
   MAX_SETTING_MS,
@@ -58,6 +60,38 @@ function parseMercureIssuers(raw: string): MercureIssuerConfig[] {
     }
     return entry as unknown as MercureIssuerConfig;
   });
+}
+
+/** Algorithms a 0.x key variable may name: HS256 for a secret, the others for a PEM public key. */
+export const LEGACY_ALGORITHMS = ['HS256', 'RS256', 'ES256', 'ES384', 'EdDSA'] as const;
+export type LegacyAlgorithm = (typeof LEGACY_ALGORITHMS)[number];
+
+/** MERCURE_{PUBLISHER,SUBSCRIBER}_JWT_KEY, the 0.x hub's variable (a secret, or a PEM public key). */
+function legacyKey(role: 'PUBLISHER' | 'SUBSCRIBER', verifies: string): Setting<string | undefined> {
+  return {
+    name: `MERCURE_${role}_JWT_KEY`,
+    doc: `With MERCURE_PROTOCOL_COMPATIBILITY=8: the 0.x hub's ${role.toLowerCase()} key (an HS256 secret of at least 32 bytes, or a PEM public key), verifying tokens without a MERCURE_ISSUERS \`iss\` on ${verifies} only. Refused without the compatibility setting.`,
+    parse: (raw) => raw,
+  };
+}
+
+/** MERCURE_{PUBLISHER,SUBSCRIBER}_JWT_ALG: the algorithm its key verifies (the 0.x default HS256). */
+function legacyAlg(role: 'PUBLISHER' | 'SUBSCRIBER'): Setting<LegacyAlgorithm | undefined> {
+  const name = `MERCURE_${role}_JWT_ALG`;
+  return {
+    name,
+    doc: `The algorithm of MERCURE_${role}_JWT_KEY: ${LEGACY_ALGORITHMS.join(', ')} (unset: HS256).`,
+    parse(raw) {
+      if (raw === undefined) return undefined;
+      const alg = LEGACY_ALGORITHMS.find((a) => a === raw.trim());
+      if (alg === undefined) {
+        throw new Error(
+          `${name} must be one of ${LEGACY_ALGORITHMS.join(', ')} (got ${JSON.stringify(raw)})`,
+        );
+      }
+      return alg;
+    },
+  };
 }
 
 export const MERCURE_SETTINGS = {
@@ -142,4 +176,20 @@ export const MERCURE_SETTINGS = {
     'An instance renews its lease every third of this; when it dies, another instance publishes `active: false` for its Mercure subscriptions once the lease has run out.',
     { max: MAX_SETTING_MS },
   ),
+  mercureProtocolCompatibility: {
+    name: 'MERCURE_PROTOCOL_COMPATIBILITY',
+    doc: 'Set to 8 to also accept Mercure 0.x clients beside 1.0 ones (`topic=` selectors and URI Templates, the `mercure` claim, tokens without `typ: at+jwt`, `aud`, `exp` or a matching `iss`, the `mercureAuthorization` cookie and `authorization` query parameter, 0.x subscription events and routes). It weakens token validation; unset: 1.0 only. See docs/mercure-migration.md.',
+    section: 'Mercure hub: 0.x compatibility (docs/mercure-migration.md)',
+    parse(raw): 8 | undefined {
+      if (raw === undefined) return undefined;
+      if (raw.trim() === '8') return 8;
+      throw new Error(
+        `MERCURE_PROTOCOL_COMPATIBILITY must be 8 (accept Mercure 0.x clients too) or unset (got ${JSON.stringify(raw)})`,
+      );
+    },
+  },
+  mercurePublisherJwtKey: legacyKey('PUBLISHER', 'publish requests'),
+  mercurePublisherJwtAlg: legacyAlg('PUBLISHER'),
+  mercureSubscriberJwtKey: legacyKey('SUBSCRIBER', 'subscribe requests and the subscriptions API'),
+  mercureSubscriberJwtAlg: legacyAlg('SUBSCRIBER'),
 } satisfies Record<string, Setting<unknown>>;
