@@ -1,9 +1,18 @@
 import t from 'tap';
-import { MAX_PATTERN_LENGTH, compileSelector, compileSelectors } from '../src/mercure/match.ts';
+import {
+  MAX_PATTERN_LENGTH,
+  MatcherError,
+  compileSelector,
+  compileSelectors,
+  selectsOneTopic,
+} from '../src/mercure/match.ts';
+import { isUriTemplate, uriTemplateMatcher } from '../src/mercure/uri-template.ts';
 
 const HUB = 'https://hub.example/.well-known/mercure';
 const url = (match: string) => compileSelector({ match, matchType: 'urlpattern' }, HUB);
 const exact = (match: string) => compileSelector({ match, matchType: 'exact' }, HUB);
+/** The 0.x selector (compatibility mode 8): the topic itself, or a URI Template. */
+const topic = (match: string) => compileSelector({ match, matchType: 'topic' }, HUB);
 
 t.test('exact compares byte for byte, without resolving or normalizing (M2)', async (t) => {
   t.ok(exact('https://example.com/books/1')('https://example.com/books/1'));
@@ -101,4 +110,63 @@ t.test('the native RegExp is restored after a compile, even a failing one', asyn
   t.equal(globalThis.RegExp, native);
   t.throws(() => url('/a/:x((?=a)b)'));
   t.equal(globalThis.RegExp, native);
+});
+
+// 0.x topic selectors: a valid RFC 6570 template matches what the reference hub's template regexp
+// (yosida95/uritemplate) matches; a crafted one cannot backtrack (it runs on re2js).
+t.test('templates match as on the reference hub', async (t) => {
+  const cases: [string, string, boolean][] = [
+    ['https://example.com/books/{id}', 'https://example.com/books/1', true],
+    ['https://example.com/books/{id}', 'https://example.com/books/1/reviews', false],
+    ['https://example.com/books/{id}', 'https://example.com/books/', true],
+    ['https://example.com/books/{id}', 'https://example.com/books/a,b', true],
+    ['https://example.com/books/{id}', 'https://example.com/books/caf%C3%A9', true],
+    ['https://example.com/books/{id}', 'https://example.com/books/café', false],
+    ['https://example.com/books/{id}', 'https://example.com/books/{id}', true],
+    ['https://example.com/{+path}', 'https://example.com/a/b/c?d=e', true],
+    ['https://example.com{/path*}', 'https://example.com/a/b/c', true],
+    ['https://example.com{/path}', 'https://example.com/a/b', false],
+    ['{scheme}://{+host}/demo/books/{id}.jsonld', 'https://example.com/demo/books/1.jsonld', true],
+    [
+      'https://example.com/users/foo/{?topic}',
+      'https://example.com/users/foo/?topic=https%3A%2F%2Fe%2Fb%2F1',
+      true,
+    ],
+    ['https://example.com/{?a,b}', 'https://example.com/?a=1&b=2', true],
+    ['https://example.com/{#frag}', 'https://example.com/#a/b', true],
+    ['https://example.com/{x:3}', 'https://example.com/12345', true],
+    ['https://example.net/bar/{var}', 'https://example.net/foo/x', false],
+    ['https://example.com/a{.ext}', 'https://example.com/a.json', true],
+    ['https://example.com/a{;p}', 'https://example.com/a;p=1', true],
+  ];
+  for (const [template, candidate, want] of cases) {
+    t.equal(topic(template)(candidate), want, `${template} vs ${candidate}`);
+  }
+});
+
+t.test('a string that is not a template is compared exactly; `*` is every topic', async (t) => {
+  for (const s of ['a b{x}', 'https://e/{id', 'https://e/{=x}', 'x}{y}', 'https://e/{a.b}', 'plain']) {
+    t.notOk(isUriTemplate(s), `${s} is no template`);
+    t.ok(topic(s)(s), `${s} matches itself`);
+    t.notOk(topic(s)(`${s}x`));
+  }
+  t.ok(topic('*')('anything'));
+  t.ok(
+    selectsOneTopic({ match: 'https://e/a', matchType: 'topic' }),
+    'an exact topic= reads the topic index',
+  );
+  t.notOk(selectsOneTopic({ match: 'https://e/{a}', matchType: 'topic' }));
+  t.notOk(selectsOneTopic({ match: '*', matchType: 'topic' }));
+  t.throws(() => topic(`https://e/{x}${'a'.repeat(1024)}`), MatcherError, 'a template over 1024 characters');
+  t.ok(topic(`https://e/${'a'.repeat(2000)}`), 'a long plain string is only compared');
+});
+
+t.test('crafted templates run in linear time', async (t) => {
+  const template = `https://e/${'{+a}'.repeat(250)}`;
+  const m = uriTemplateMatcher(template);
+  t.ok(m);
+  const start = Date.now();
+  for (let i = 0; i < 20; i++) m?.(`https://e/${'a/'.repeat(1000)} `);
+  t.ok(Date.now() - start < 2000, `20 matches of a 2 KB topic took ${Date.now() - start} ms`);
+  t.equal(uriTemplateMatcher(template), m, 'compiled once');
 });

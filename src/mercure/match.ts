@@ -1,6 +1,9 @@
 /**
  * Mercure topic selectors (draft-08 §Matcher Types): `exact` compares byte for byte, `urlpattern`
- * is a WHATWG URL Pattern resolved against the hub URL, and `*` matches every topic under either type.
+ * is a WHATWG URL Pattern resolved against the hub URL, and `*` matches every topic under any type.
+ * `topic` is the 0.x selector, taken only with MERCURE_PROTOCOL_COMPATIBILITY=8 (a `topic=` query
+ * value or a bare string in a 0.x claim): equal to the topic, or a URI Template it matches
+ * (uri-template.ts).
  *
  * Node 20 has no URLPattern, so the polyfill (urlpattern-polyfill, pinned) provides the URL
  * semantics, but its regular expressions run on re2js, a linear-time engine: a pattern is user input
@@ -15,8 +18,9 @@
  */
 import { RE2JS } from 're2js';
 import { URLPattern } from 'urlpattern-polyfill/urlpattern';
+import { TemplateTooComplex, isUriTemplate, uriTemplateMatcher } from './uri-template.ts';
 
-export type MatchType = 'exact' | 'urlpattern';
+export type MatchType = 'exact' | 'urlpattern' | 'topic';
 /** `match` `*` selects every topic, whatever the type. */
 export interface TopicSelector {
   match: string;
@@ -88,6 +92,7 @@ export function compileSelector(sel: TopicSelector, hubUrl: string): TopicMatche
     const want = sel.match;
     return (topic) => topic === want;
   }
+  if (sel.matchType === 'topic') return legacySelector(sel.match);
   if (sel.matchType !== 'urlpattern')
     throw new MatcherError(`unknown match type ${JSON.stringify(sel.matchType)}`);
   if (sel.match.length > MAX_PATTERN_LENGTH) {
@@ -111,6 +116,28 @@ export function compileSelector(sel: TopicSelector, hubUrl: string): TopicMatche
       return false;
     }
   };
+}
+
+/** A 0.x selector: the topic itself, or a URI Template (a string that is not one is exact only). */
+function legacySelector(want: string): TopicMatcher {
+  if (want.length > MAX_PATTERN_LENGTH && isUriTemplate(want)) {
+    throw new MatcherError(`a URI template is at most ${MAX_PATTERN_LENGTH} characters`);
+  }
+  let template: TopicMatcher | undefined;
+  try {
+    template = want.length > MAX_PATTERN_LENGTH ? undefined : uriTemplateMatcher(want);
+  } catch (err) {
+    if (err instanceof TemplateTooComplex) throw new MatcherError(err.message);
+    throw err;
+  }
+  if (template === undefined) return (topic) => topic === want;
+  return (topic) => topic === want || template(topic);
+}
+
+/** Does the selector match exactly one topic, its own text (so catch-up can read its topic index)? */
+export function selectsOneTopic(sel: TopicSelector): boolean {
+  if (sel.match === '*') return false;
+  return sel.matchType === 'exact' || (sel.matchType === 'topic' && !isUriTemplate(sel.match));
 }
 
 /** Several selectors as one matcher: true when any matches. */
