@@ -65,7 +65,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     logger:
       deps.config.logLevel === 'silent'
         ? false
-        : // The request serializer hides `access_token` values from request logs.
+        : // The request serializer hides `access_token` and `authorization` values from request logs.
           { level: deps.config.logLevel, serializers: { req: redactedRequest } },
     // Per-request log lines cost more than the request at 10K/s: only at debug/trace.
     logController: new LogController({

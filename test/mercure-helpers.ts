@@ -84,3 +84,29 @@ export async function mercureToken(o: MercureTokenOptions = {}): Promise<string>
     .setProtectedHeader(header as { alg: string })
     .sign(new TextEncoder().encode(o.secret ?? MERCURE_SECRET));
 }
+
+/** The 0.x hub's (and Symfony's) default secret: 34 bytes, so it passes the 32-byte rule. */
+export const LEGACY_SECRET = '!ChangeThisMercureHubJWTSecretKey!';
+
+/** Settings of a hub in compatibility mode with the 0.x default key for both roles, beside the issuer. */
+export function legacyConfigEnv(overrides: Partial<Config> = {}): Partial<Config> {
+  return mercureConfigEnv({
+    mercureProtocolCompatibility: 8,
+    mercurePublisherJwtKey: LEGACY_SECRET,
+    mercureSubscriberJwtKey: LEGACY_SECRET,
+    ...overrides,
+  });
+}
+
+/**
+ * A 0.x token as 0.x publishers mint it: `{"typ":"JWT","alg":"HS256"}` and the given claims only (no
+ * `iss`, `aud` or `exp` unless given), e.g. `{ mercure: { publish: ['*'] } }`.
+ */
+export function legacyToken(
+  claims: Record<string, unknown>,
+  o: { secret?: string; header?: Record<string, unknown> } = {},
+): Promise<string> {
+  return new SignJWT(claims as JWTPayload)
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT', ...o.header } as { alg: string })
+    .sign(new TextEncoder().encode(o.secret ?? LEGACY_SECRET));
+}

@@ -22,8 +22,9 @@
  * - sse-admission.ts — `admitSse` enforces the per-token connection limit (429) before a stream
  *   opens, ends the stream with `event: auth-expired` when the token expires, and frees the slot on
  *   close.
- * - cors.ts — CORS_ORIGINS; redact.ts — `access_token` values kept out of request logs (through
- *   redactUrl in token-source.ts, whatever the spelling of the parameter name).
+ * - cors.ts — CORS_ORIGINS; redact.ts — `access_token` (and the Mercure hub's 0.x `authorization`)
+ *   values kept out of request logs (through redactUrl in token-source.ts, whatever the spelling of
+ *   the parameter name).
  */
 import type { FastifyInstance } from 'fastify';
 import type { Config } from '../config/config.ts';

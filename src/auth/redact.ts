@@ -1,7 +1,7 @@
 /**
  * Request-log redaction: the request serializer shows the URL through redactUrl (token-source.ts),
- * the one function every logged URL goes through, so a token sent in the query string never reaches
- * the log, whatever the spelling of its parameter name.
+ * the one function every logged URL goes through, so a token sent in the query string (`access_token`,
+ * or the Mercure hub's 0.x `authorization`) never reaches the log, whatever the spelling of its name.
  */
 import { redactUrl } from './token-source.ts';
 

@@ -6,16 +6,20 @@
  * that logs the URL later (request logs, error messages) can print the token.
  *
  * redactUrl is the one function every URL goes through before it can be logged (the request log
- * serializer in redact.ts uses it too): every query parameter whose name decodes to `access_token`
- * (percent-encoded in either hex case, `+` for space, any letter case) keeps its name and loses its
- * value. The query parser decodes names before the token is looked up, so matching the literal text
- * `access_token=` would miss spellings that still authenticate.
+ * serializer in redact.ts uses it too): every query parameter whose name decodes to `access_token`,
+ * or to `authorization` (the Mercure hub's 0.x token parameter, in compatibility mode), keeps its
+ * name and loses its value, whatever its spelling (percent-encoded in either hex case, `+` for space,
+ * any letter case). The query parser decodes names before the token is looked up, so matching the
+ * literal text `access_token=` would miss spellings that still authenticate. The request's own URL is
+ * rewritten for `access_token` only: the hub reads `authorization` from it.
  */
 import type { FastifyRequest } from 'fastify';
 import { unauthorized } from './policy.ts';
 
 export const TOKEN_COOKIE = 'commitfeed_token';
 export const TOKEN_QUERY = 'access_token';
+/** Query parameters whose values never reach a log: the native token, and the Mercure hub's 0.x one. */
+export const SECRET_PARAMS: readonly string[] = [TOKEN_QUERY, 'authorization'];
 /** Longer bearer strings are refused unread. */
 export const MAX_TOKEN_CHARS = 8192;
 
@@ -43,14 +47,13 @@ function decodeName(raw: string): string {
   }
 }
 
-const isTokenName = (raw: string): boolean => decodeName(raw).toLowerCase() === TOKEN_QUERY;
-
 /**
- * The URL with the value of every `access_token` parameter replaced by `[redacted]`.
+ * The URL with the value of every parameter named in `names` (by default SECRET_PARAMS) replaced by
+ * `[redacted]`.
  *
  * @example redactUrl('/v1/events?access%5Ftoken=eyJ...&stream=a') // '/v1/events?access%5Ftoken=[redacted]&stream=a'
  */
-export function redactUrl(url: string): string {
+export function redactUrl(url: string, names: readonly string[] = SECRET_PARAMS): string {
   const q = url.indexOf('?');
   if (q < 0) return url;
   const hash = url.indexOf('#', q);
@@ -62,7 +65,7 @@ export function redactUrl(url: string): string {
     .map((pair) => {
       const eq = pair.indexOf('=');
       const name = eq < 0 ? pair : pair.slice(0, eq);
-      if (eq < 0 || !isTokenName(name)) return pair;
+      if (eq < 0 || !names.includes(decodeName(name).toLowerCase())) return pair;
       changed = true;
       return `${name}=[redacted]`;
     });
@@ -82,7 +85,7 @@ export function takeToken(request: FastifyRequest): string | undefined {
   if (query && typeof query === 'object' && TOKEN_QUERY in query) {
     found ??= query[TOKEN_QUERY];
     delete query[TOKEN_QUERY];
-    if (request.raw.url !== undefined) request.raw.url = redactUrl(request.raw.url);
+    if (request.raw.url !== undefined) request.raw.url = redactUrl(request.raw.url, [TOKEN_QUERY]);
   }
   if (found === undefined && request.headers.cookie) found = readCookie(request.headers.cookie, TOKEN_COOKIE);
   if (found === undefined) return undefined;

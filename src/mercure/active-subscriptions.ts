@@ -22,7 +22,8 @@ import { randomUUID } from 'node:crypto';
 import { CompiledQuery } from 'kysely';
 import type { FastifyBaseLogger } from 'fastify';
 import { type Db, inTransaction } from '../db/database.ts';
-import type { MercureAuthorizer, MercureGrants } from './authorize.ts';
+import type { MercureAuthorizer } from './authorize.ts';
+import type { MercureGrants } from './grants.ts';
 import type { TopicSelector } from './match.ts';
 import { type MercureUpdate, appendUpdates } from './publish.ts';
 

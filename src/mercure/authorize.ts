@@ -4,12 +4,17 @@
  * The token comes from `Authorization: Bearer` when that header is present (the cookie is then
  * ignored), else from the MERCURE_COOKIE cookie; never from the query (the native `access_token`
  * parameter and `commitfeed_token` cookie mean nothing here). It is verified by issuers.ts (RFC 9068
- * at+jwt, issuer-bound keys, `aud` = MERCURE_RESOURCE) and its `authorization_details` are parsed as
- * §Authorization Details says: only entries of the Mercure type count, and one invalid Mercure entry
- * rejects the whole token (no partial grant). Grants are cached per token until `exp` (plus the
- * clock tolerance the native tokens use), so a busy subscriber costs one map lookup per request.
+ * at+jwt, issuer-bound keys, `aud` = MERCURE_RESOURCE) and read into grants by grants.ts. Grants are
+ * cached per token until `exp` (plus the clock tolerance the native tokens use), so a busy subscriber
+ * costs one map lookup per request.
  *
- * Native tokens (`typ: JWT`, the `commitfeed` claim) never pass here, and Mercure tokens grant
+ * With MERCURE_PROTOCOL_COMPATIBILITY=8 the hub also takes what 0.x clients send (guide §Compatibility
+ * mode): the `authorization` query parameter (after the header, before the cookies) and the
+ * `mercureAuthorization` cookie (when MERCURE_COOKIE is absent), and a token whose `iss` names no
+ * MERCURE_ISSUERS entry is tried with the 0.x key of the request's role (legacy-issuer.ts), so grants
+ * are cached per role then. A warning says so at start. Without the setting none of it runs.
+ *
+ * Native tokens (`typ: JWT`, the `commitfeed` claim) grant nothing here, and Mercure tokens grant
  * nothing on native routes (they carry no `commitfeed` claim).
  *
  * Lifecycle: one per app, built at start from configuration (a bad key stops start-up); the cache is
@@ -22,110 +27,27 @@ import { CLOCK_TOLERANCE_S, TokenError } from '../auth/tokens.ts';
 import { MAX_TOKEN_CHARS, readCookie } from '../auth/token-source.ts';
 import type { Config } from '../config/config.ts';
 import { Challenges, type MercureFailure } from './challenge.ts';
-import { DETAIL_TYPE, type Role, Issuers } from './issuers.ts';
-import {
-  MAX_PATTERN_LENGTH,
-  MatcherError,
-  type MatchType,
-  type TopicMatcher,
-  type TopicSelector,
-  compileSelector,
-} from './match.ts';
-
-/** Limits on a token's Mercure details (draft: over a limit is `invalid_token`). */
-export const MAX_DETAILS = 32;
-export const MAX_DETAIL_TOPICS = 100;
-
-export interface MercureGrants {
-  publish: TopicSelector[];
-  /** In token order: the payload of the first entry matching a Mercure subscription is its payload. */
-  subscribe: { selector: TopicSelector; payload?: unknown }[];
-  /** Seconds since the epoch (token expiry; the stream closes then). Infinity when access control
-   * is off (AUTH=off, no MERCURE_ISSUERS): nothing expires, and no timer should be armed for it. */
-  exp: number;
-  iss: string;
-}
+import { type MercureGrants, grantsOf } from './grants.ts';
+import { type Role, Issuers } from './issuers.ts';
+import { type TopicMatcher, type TopicSelector, compileSelector } from './match.ts';
 
 export type MercureAuth = { ok: true; grants: MercureGrants | null } | MercureFailure;
 
 const EVERYTHING: TopicSelector = { match: '*', matchType: 'exact' };
 
+/** The 0.x cookie, read in compatibility mode when MERCURE_COOKIE is absent. */
+export const LEGACY_COOKIE = 'mercureAuthorization';
+/** The 0.x query parameter carrying the token (compatibility mode; redacted from logs always). */
+export const LEGACY_TOKEN_PARAM = 'authorization';
+
 /** What the cache keeps per token. */
 interface Cached {
   grants: MercureGrants;
-  acceptedUntil: number;
+  /** undefined: never by time (a 0.x token without `exp`). */
+  acceptedUntil: number | undefined;
 }
 
-class InvalidDetails extends TokenError {}
-
-/** A token's Mercure grants from its `authorization_details`; throws InvalidDetails. */
-export function parseGrants(
-  payload: Record<string, unknown>,
-  role: Role | undefined,
-  hubUrl: string,
-): Omit<MercureGrants, 'exp' | 'iss'> {
-  const grants: Omit<MercureGrants, 'exp' | 'iss'> = { publish: [], subscribe: [] };
-  const details = payload.authorization_details;
-  if (details === undefined) return grants; // no Mercure detail: grants nothing
-  if (!Array.isArray(details)) throw new InvalidDetails('authorization_details must be an array');
-  let mercure = 0;
-  for (const [i, d] of details.entries()) {
-    if (typeof d !== 'object' || d === null || Array.isArray(d)) {
-      throw new InvalidDetails(`authorization_details[${i}] must be an object`);
-    }
-    const detail = d as Record<string, unknown>;
-    if (typeof detail.type !== 'string')
-      throw new InvalidDetails(`authorization_details[${i}].type is missing`);
-    if (detail.type !== DETAIL_TYPE) continue; // another API's detail: not ours to judge
-    if (++mercure > MAX_DETAILS) throw new InvalidDetails(`more than ${MAX_DETAILS} Mercure details`);
-    const { actions, topics, payload: extra } = detail;
-    if (!Array.isArray(actions) || actions.length === 0 || !actions.every((a) => typeof a === 'string')) {
-      throw new InvalidDetails(`authorization_details[${i}].actions must be a non-empty array of strings`);
-    }
-    if (!Array.isArray(topics) || topics.length === 0) {
-      throw new InvalidDetails(`authorization_details[${i}].topics must be a non-empty array`);
-    }
-    if (topics.length > MAX_DETAIL_TOPICS) {
-      throw new InvalidDetails(
-        `authorization_details[${i}].topics has more than ${MAX_DETAIL_TOPICS} entries`,
-      );
-    }
-    if (extra !== undefined && (typeof extra !== 'object' || extra === null || Array.isArray(extra))) {
-      throw new InvalidDetails(`authorization_details[${i}].payload must be an object`);
-    }
-    const selectors = topics.map((t, j) => selectorOf(t, `authorization_details[${i}].topics[${j}]`, hubUrl));
-    // Unknown actions grant nothing and are not an error; a key bound to one role grants only it.
-    if (actions.includes('publish') && role !== 'subscribe') grants.publish.push(...selectors);
-    if (actions.includes('subscribe') && role !== 'publish') {
-      for (const selector of selectors) {
-        grants.subscribe.push(extra === undefined ? { selector } : { selector, payload: extra });
-      }
-    }
-  }
-  return grants;
-}
-
-function selectorOf(raw: unknown, where: string, hubUrl: string): TopicSelector {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    throw new InvalidDetails(`${where} must be an object {match, match_type?}`);
-  }
-  const { match, match_type: type = 'exact' } = raw as Record<string, unknown>;
-  if (typeof match !== 'string') throw new InvalidDetails(`${where}.match must be a string`);
-  if (match.length > MAX_PATTERN_LENGTH) {
-    throw new InvalidDetails(`${where}.match is longer than ${MAX_PATTERN_LENGTH} characters`);
-  }
-  if (type !== 'exact' && type !== 'urlpattern') {
-    throw new InvalidDetails(`${where}.match_type must be "exact" or "urlpattern"`);
-  }
-  const selector = { match, matchType: type as MatchType };
-  try {
-    compileSelector(selector, hubUrl); // an invalid or unsafe pattern rejects the token
-  } catch (err) {
-    if (err instanceof MatcherError) throw new InvalidDetails(`${where}: ${err.message}`);
-    throw err;
-  }
-  return selector;
-}
+type Found = { token: string | undefined; from: 'header' | 'query' | 'cookie' };
 
 /** Grants compiled once per grants object (they live as long as their cache entry). */
 interface Compiled {
@@ -149,10 +71,13 @@ function compiled(grants: MercureGrants, hubUrl: string): Compiled {
 export class MercureAuthorizer {
   readonly challenges: Challenges;
   private readonly issuers: Issuers;
-  private readonly cache: TokenCache<Cached>;
+  /** One cache for both actions, except in compatibility mode: a 0.x token's key depends on the role. */
+  private readonly caches: Record<Role, TokenCache<Cached>>;
   /** AUTH=off (or no key on loopback) and no Mercure issuer: the closed-network hub of the draft. */
   private readonly open: boolean;
   private readonly hubUrl: string;
+  /** MERCURE_PROTOCOL_COMPATIBILITY=8: 0.x clients are accepted too. */
+  private readonly legacy: boolean;
 
   constructor(
     private readonly config: Config,
@@ -165,16 +90,30 @@ export class MercureAuthorizer {
     if (this.open) {
       log.warn('Mercure hub: no MERCURE_ISSUERS and access control off: anyone who can reach it may publish');
     }
-    this.cache = new TokenCache<Cached>({
-      verify: async (token) => {
-        const { payload, role } = await this.issuers.verify(token);
-        const grants = parseGrants(payload, role, this.hubUrl);
-        return {
-          grants: { ...grants, exp: payload.exp, iss: payload.iss },
-          acceptedUntil: (payload.exp + CLOCK_TOLERANCE_S) * 1000,
-        };
-      },
-    });
+    this.legacy = config.mercureProtocolCompatibility === 8;
+    if (this.legacy) {
+      log.warn(
+        'Mercure hub: MERCURE_PROTOCOL_COMPATIBILITY=8 accepts Mercure 0.x clients, which weakens token validation: tokens of the 0.x keys need no `typ: at+jwt`, `aud`, `iss` or `exp`, and may come in the URL (`authorization`). Unset it once every client speaks 1.0',
+      );
+    }
+    const cacheFor = (role: Role | undefined) =>
+      new TokenCache<Cached>({ verify: (token) => this.verify(token, role) });
+    const shared = this.legacy ? undefined : cacheFor(undefined);
+    this.caches = {
+      publish: shared ?? cacheFor('publish'),
+      subscribe: shared ?? cacheFor('subscribe'),
+    };
+  }
+
+  /** Verifies a token (for `role`'s request, in compatibility mode) and reads its grants. */
+  private async verify(token: string, role: Role | undefined): Promise<Cached> {
+    const v = await this.issuers.verify(token, role);
+    const grants = grantsOf(v.payload, v.role, this.hubUrl, v.legacy);
+    const exp = typeof v.payload.exp === 'number' ? v.payload.exp : Number.POSITIVE_INFINITY;
+    return {
+      grants: { ...grants, exp, iss: v.payload.iss ?? '' },
+      acceptedUntil: Number.isFinite(exp) ? (exp + CLOCK_TOLERANCE_S) * 1000 : undefined,
+    };
   }
 
   /** The hub's URL as topics and patterns are resolved against it. */
@@ -202,7 +141,7 @@ export class MercureAuthorizer {
       if (refused) return refused;
     }
     try {
-      const entry = await this.cache.get(found.token);
+      const entry = await this.caches[action].get(found.token);
       return { ok: true, grants: entry.grants };
     } catch (err) {
       if (!(err instanceof TokenError)) throw err;
@@ -231,19 +170,22 @@ export class MercureAuthorizer {
 
   /**
    * The payload of a Mercure subscription (draft §Payloads): that of the first subscribe entry whose
-   * selector matches the Mercure subscription's own matcher string taken as a topic.
+   * selector matches the Mercure subscription's own matcher string taken as a topic; for a 0.x token,
+   * its `mercure.payload` when that entry has none, or none matches.
    */
   payloadFor(grants: MercureGrants | null, match: string): unknown {
     if (grants === null) return undefined;
     const ms = compiled(grants, this.hubUrl).subscribe;
     const i = ms.findIndex((m) => m(match));
-    return i < 0 ? undefined : grants.subscribe[i].payload;
+    return (i < 0 ? undefined : grants.subscribe[i].payload) ?? grants.fallbackPayload;
   }
 
-  /** The token and where it came from, or the 400 for a malformed presentation. */
-  private takeToken(
-    request: FastifyRequest,
-  ): { token: string | undefined; from: 'header' | 'cookie' } | MercureFailure {
+  /**
+   * The token and where it came from, or the 400 for a malformed presentation. In compatibility mode
+   * the 0.x places come after each 1.0 one, in the 0.x order: the header, the `authorization` query
+   * parameter (one value), the cookie, the 0.x cookie.
+   */
+  private takeToken(request: FastifyRequest): Found | MercureFailure {
     const header = request.headers.authorization;
     if (header !== undefined) {
       // RFC 6750 §2.1: "Bearer" 1*SP b64token; the scheme is case-insensitive.
@@ -252,12 +194,19 @@ export class MercureAuthorizer {
       if (m[1].length > MAX_TOKEN_CHARS) return this.challenges.invalid();
       return { token: m[1], from: 'header' };
     }
-    const raw = request.headers.cookie
-      ? readCookie(request.headers.cookie, this.config.mercureCookie)
-      : undefined;
+    const query = this.legacy ? (request.query as Record<string, unknown> | undefined) : undefined;
+    const inUrl = query?.[LEGACY_TOKEN_PARAM];
+    const cookies = request.headers.cookie;
+    let from: Found['from'] = 'query';
+    let raw = typeof inUrl === 'string' && inUrl !== '' ? inUrl : undefined;
+    if (raw === undefined && cookies) {
+      from = 'cookie';
+      raw = readCookie(cookies, this.config.mercureCookie);
+      if ((raw === undefined || raw === '') && this.legacy) raw = readCookie(cookies, LEGACY_COOKIE);
+    }
     if (raw === undefined || raw === '') return { token: undefined, from: 'cookie' };
     if (raw.length > MAX_TOKEN_CHARS) return this.challenges.invalid();
-    return { token: raw, from: 'cookie' };
+    return { token: raw, from };
   }
 
   /**

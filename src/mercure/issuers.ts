@@ -3,7 +3,8 @@
  * of draft-08 §Token Validation: `typ` at+jwt, an explicit algorithm allowlist (MERCURE_ALGORITHMS)
  * on top of the per-key pinning of src/auth/keys.ts (so `none`, and HS256 signed with a public key,
  * never verify), `iss` equal to a configured issuer and only that issuer's keys tried (never a pool
- * across issuers), `aud` containing MERCURE_RESOURCE, `exp` required, `nbf` enforced.
+ * across issuers), `aud` containing MERCURE_RESOURCE, `exp` required, `nbf` enforced. In
+ * compatibility mode a token whose `iss` names no issuer goes to the 0.x keys (legacy-issuer.ts).
  *
  * Lifecycle: built once at start from configuration (keys are read from files then; a bad key or
  * file stops start-up with a message naming the entry); immutable afterwards.
@@ -14,6 +15,7 @@ import { type JWTPayload, SignJWT, decodeJwt, decodeProtectedHeader } from 'jose
 import { type KeySet, loadKeySet } from '../auth/keys.ts';
 import { CLOCK_TOLERANCE_S, TokenError } from '../auth/tokens.ts';
 import type { Config, MercureIssuerConfig } from '../config/config.ts';
+import { type LegacyIssuer, legacyIssuer } from './legacy-issuer.ts';
 import type { TopicSelector } from './match.ts';
 
 /** The type of the hub's authorization details (draft §Authorization Details). */
@@ -28,9 +30,12 @@ interface TrustedKey {
 }
 
 export interface VerifiedToken {
-  payload: JWTPayload & { iss: string; exp: number };
+  /** `iss` and `exp` are there unless `legacy`. */
+  payload: JWTPayload;
   /** The role of the key that verified it (undefined: both). */
   role: Role | undefined;
+  /** Verified by the 0.x keys (compatibility mode): its grants may be in the 0.x claim. */
+  legacy: boolean;
 }
 
 export class Issuers {
@@ -40,6 +45,7 @@ export class Issuers {
     entries: readonly MercureIssuerConfig[],
     private readonly resource: string | undefined,
     private readonly algorithms: readonly string[],
+    private readonly legacy?: LegacyIssuer,
   ) {
     if (entries.length > 0 && !resource) {
       throw new Error('MERCURE_ISSUERS needs MERCURE_RESOURCE (the `aud` the hub expects in its tokens)');
@@ -64,15 +70,23 @@ export class Issuers {
   }
 
   static fromConfig(config: Config): Issuers {
-    return new Issuers(config.mercureIssuers, config.mercureResource, config.mercureAlgorithms);
+    return new Issuers(
+      config.mercureIssuers,
+      config.mercureResource,
+      config.mercureAlgorithms,
+      legacyIssuer(config),
+    );
   }
 
   get configured(): boolean {
-    return this.byIss.size > 0;
+    return this.byIss.size > 0 || this.legacy !== undefined;
   }
 
-  /** Verifies a compact JWS; throws TokenError with the reason (for logs: the answer never says it). */
-  async verify(token: string): Promise<VerifiedToken> {
+  /**
+   * Verifies a compact JWS; throws TokenError with the reason (for logs: the answer never says it).
+   * `role` is the request's (publish, or subscribe and the subscriptions API): it picks the 0.x key.
+   */
+  async verify(token: string, role?: Role): Promise<VerifiedToken> {
     let alg: unknown;
     let iss: unknown;
     try {
@@ -86,7 +100,12 @@ export class Issuers {
     }
     // Only the keys bound to the claimed issuer: a key of another issuer is never tried.
     const trusted = typeof iss === 'string' ? this.byIss.get(iss) : undefined;
-    if (trusted === undefined) throw new TokenError(`issuer ${JSON.stringify(iss)} is not trusted`);
+    if (trusted === undefined) {
+      if (this.legacy !== undefined && role !== undefined) {
+        return { payload: await this.legacy.verify(token, alg, role), role, legacy: true };
+      }
+      throw new TokenError(`issuer ${JSON.stringify(iss)} is not trusted`);
+    }
     let last: unknown = new TokenError(`no key of issuer ${JSON.stringify(iss)} verifies ${alg}`);
     for (const k of trusted) {
       if (!k.keys.algorithms.includes(alg)) continue;
@@ -98,7 +117,7 @@ export class Issuers {
           requiredClaims: ['iss', 'aud', 'exp'],
           clockTolerance: CLOCK_TOLERANCE_S,
         });
-        return { payload: payload as VerifiedToken['payload'], role: k.role };
+        return { payload, role: k.role, legacy: false };
       } catch (err) {
         last = err;
       }
