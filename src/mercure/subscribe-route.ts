@@ -33,7 +33,7 @@ export interface SubscribeRouteDeps {
 const subscribeSchema = {
   summary: 'Mercure: subscribe (SSE)',
   description:
-    'Query: `match` / `match_exact` (exact topic), `match_urlpattern` (URL Pattern), `*` for every topic, `last_event_id` (the Last-Event-ID header wins). Any other parameter starting with `match` is a 400. See docs/mercure.md.',
+    'Query: `match` / `match_exact` (exact topic), `match_urlpattern` (URL Pattern), `*` for every topic, `last_event_id` (the Last-Event-ID header wins). Any other parameter starting with `match` is a 400, and so is `topic` unless MERCURE_PROTOCOL_COMPATIBILITY=8. See docs/mercure.md.',
   tags: ['mercure'],
   querystring: {
     type: 'object',
@@ -70,7 +70,10 @@ async function subscribe(
 ): Promise<FastifyReply> {
   const { config, db, feed, authorizer, stats } = deps;
   const hub = authorizer.hub;
-  const req = subscribeRequest(parseForm(rawQuery(request.raw.url ?? ''), 'query'));
+  const req = subscribeRequest(
+    parseForm(rawQuery(request.raw.url ?? ''), 'query'),
+    config.mercureProtocolCompatibility === 8,
+  );
   const matcher = compileRequestSelectors(req.selectors, hub);
   const auth = await authorizer.authenticate(request, 'subscribe');
   if (!auth.ok) return sendMercureError(reply, auth);

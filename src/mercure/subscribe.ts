@@ -6,9 +6,10 @@
  * §Authorization: matchers route, grants authorize; an anonymous subscriber never receives a private
  * update).
  *
- * Catch-up: when every matcher is an exact topic, pages come from the commitfeed.mercure_topics index
- * (only the connection's topics are read); otherwise (URL patterns, `*`) from the updates stream in
- * feed order through the tailer (its window when it covers the cursor), filtered here. Either way a
+ * Catch-up: when every matcher selects one topic (an exact one, or a 0.x `topic=` that is no URI
+ * Template), pages come from the commitfeed.mercure_topics index (only the connection's topics are
+ * read); otherwise (URL patterns, URI Templates, `*`) from the updates stream in feed order through
+ * the tailer (its window when it covers the cursor), filtered here. Either way a
  * page from the table is read on a standby when READ_DATABASE_URL names one (src/feed/reads.ts), a
  * page advances to the last row read, so a page that sends nothing still moves on, and it is bounded
  * by the page size, the tailer's position and retention.
@@ -23,16 +24,22 @@ import type { Tailer } from '../feed/tailer.ts';
 import { ApiError } from '../errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
 import { MERCURE_STREAM, mercureFrame, updateOf } from './frames.ts';
-import { MatcherError, type TopicMatcher, type TopicSelector, compileSelectors } from './match.ts';
+import {
+  MatcherError,
+  type TopicMatcher,
+  type TopicSelector,
+  compileSelectors,
+  selectsOneTopic,
+} from './match.ts';
 import { readTopicRange } from './queries.ts';
 
 /** Most matchers in one subscribe request (over: 400). */
 export const MAX_MATCHERS = 100;
 
-/** What a subscribe request asks for (its query, parsed strictly). */
+/** What a subscribe request asks for (its query, and a QUERY request's body, parsed strictly). */
 export interface SubscribeRequest {
   selectors: TopicSelector[];
-  /** `last_event_id` from the query (the Last-Event-ID header wins over it). */
+  /** `last_event_id` (the Last-Event-ID header wins over it); in compatibility mode, else a 0.x spelling. */
   lastEventId: string | undefined;
 }
 
@@ -42,22 +49,34 @@ const MATCH_PARAMS: Record<string, TopicSelector['matchType']> = {
   match_urlpattern: 'urlpattern',
 };
 
-/** The matchers and cursor of a subscribe query (400 for any name or value the draft refuses). */
-export function subscribeRequest(pairs: readonly FormPair[]): SubscribeRequest {
+/** The resume parameter's names, first found wins: the draft's, then the 0.x ones (compatibility
+ * mode only; the guide does not list them, 0.x clients send them: draft-07 `lastEventID`, older
+ * hubs `Last-Event-ID`). */
+const RESUME_PARAMS = ['last_event_id', 'lastEventID', 'Last-Event-ID'];
+
+/**
+ * The matchers and cursor of a subscribe request's pairs (400 for any name or value the draft
+ * refuses). With `legacy` (MERCURE_PROTOCOL_COMPATIBILITY=8), `topic` is a 0.x selector too, mixed
+ * freely with the `match` ones; without it, `topic` in any case is a 400 (never silently dropped).
+ */
+export function subscribeRequest(pairs: readonly FormPair[], legacy = false): SubscribeRequest {
   const selectors: TopicSelector[] = [];
   const seen = new Set<string>();
-  let lastEventId: string | undefined;
+  const resume: (string | undefined)[] = [];
   for (const { name, value } of pairs) {
-    const matchType = Object.hasOwn(MATCH_PARAMS, name) ? MATCH_PARAMS[name] : undefined;
+    const matchType =
+      legacy && name === 'topic'
+        ? 'topic'
+        : Object.hasOwn(MATCH_PARAMS, name)
+          ? MATCH_PARAMS[name]
+          : undefined;
     if (matchType === undefined) {
-      if (name.toLowerCase().startsWith('match')) {
-        throw new ApiError(
-          400,
-          'unsupported_matcher',
-          `unknown matcher parameter ${JSON.stringify(name.slice(0, 60))}: use match, match_exact or match_urlpattern (names are case-sensitive)`,
-        );
+      const lower = name.toLowerCase();
+      if (lower.startsWith('match') || lower === 'topic') {
+        throw new ApiError(400, 'unsupported_matcher', unsupported(name, legacy));
       }
-      if (name === 'last_event_id' && lastEventId === undefined) lastEventId = value;
+      const r = RESUME_PARAMS.indexOf(name);
+      if (r === 0 || (r > 0 && legacy)) resume[r] ??= value;
       continue; // other parameters are ignored (access_token is never a credential here)
     }
     if (hasForbiddenChars(value)) {
@@ -75,10 +94,18 @@ export function subscribeRequest(pairs: readonly FormPair[]): SubscribeRequest {
     throw new ApiError(
       400,
       'missing_matcher',
-      'a subscription needs at least one match, match_exact or match_urlpattern',
+      `a subscription needs at least one match, match_exact or match_urlpattern${legacy ? ' (or topic)' : ''}`,
     );
   }
-  return { selectors, lastEventId };
+  return { selectors, lastEventId: resume.find((v) => v !== undefined) };
+}
+
+function unsupported(name: string, legacy: boolean): string {
+  const quoted = JSON.stringify(name.slice(0, 60));
+  if (name.toLowerCase() === 'topic' && !legacy) {
+    return 'the 0.x "topic" parameter is not supported: use match or match_urlpattern (or run the hub with MERCURE_PROTOCOL_COMPATIBILITY=8)';
+  }
+  return `unknown matcher parameter ${quoted}: use match, match_exact or match_urlpattern${legacy ? ' (or topic)' : ''} (names are case-sensitive)`;
 }
 
 /** Compiles selectors for routing; an invalid pattern is a 400 (in a token it is a 401: authorize.ts). */
@@ -115,9 +142,7 @@ export class MercureSelection implements Selection {
   delivered = 0;
 
   constructor(private readonly opts: MercureSelectionOptions) {
-    this.exactTopics = opts.selectors.every((s) => s.matchType === 'exact' && s.match !== '*')
-      ? opts.selectors.map((s) => s.match)
-      : undefined;
+    this.exactTopics = opts.selectors.every(selectsOneTopic) ? opts.selectors.map((s) => s.match) : undefined;
   }
 
   accepts(e: FeedEvent): boolean {
