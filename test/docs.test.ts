@@ -176,7 +176,7 @@ t.test('every route of the API spec is documented in docs/, and every documented
   t.ok(routes.size >= 20, `the spec lists the API (${routes.size} routes)`);
   const documented = new Map<string, string>();
   for (const file of MARKDOWN.filter((f) => f.startsWith('docs/'))) {
-    for (const m of prose(file).matchAll(/`(GET|POST|PUT|PATCH|DELETE) (\/[^`\s?]*)`/g)) {
+    for (const m of prose(file).matchAll(/`(GET|POST|PUT|PATCH|DELETE|QUERY) (\/[^`\s?]*)`/g)) {
       documented.set(`${m[1]} ${m[2]}`, file);
     }
   }

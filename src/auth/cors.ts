@@ -25,7 +25,8 @@ export async function registerCors(app: FastifyInstance, origins: string[]): Pro
     origin: any ? '*' : origins,
     // Cookies and Authorization from browsers only for listed origins, never with `*`.
     credentials: !any,
-    methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+    // QUERY: the Mercure hub's subscribe with its matchers in the body (not CORS-safelisted).
+    methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'QUERY'],
     allowedHeaders: ['Authorization', 'Content-Type', 'Last-Event-ID', 'Accept', 'Cache-Control'],
     // Link and Mercure-Last-Event-ID: the Mercure hub's discovery and reconnection headers.
     exposedHeaders: ['Retry-After', 'WWW-Authenticate', 'Link', 'Mercure-Last-Event-ID'],

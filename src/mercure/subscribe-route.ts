@@ -1,19 +1,24 @@
 /**
  * GET /.well-known/mercure (draft-08 §Subscription): an SSE stream of the updates the query's
- * matchers select and the token may read. It resumes where the request says (resume.ts), runs on the
- * feed's tailer and hub as a MercureSelection (subscribe.ts), and ends when the token expires. With
- * active subscriptions on, the registry hears of every subscriber's start and end. No SQL here.
+ * matchers select and the token may read. QUERY /.well-known/mercure is the same subscription with
+ * its parameters in a form body too (the draft's safe method with a body, for matcher lists too long
+ * for a URL): the pairs of the query and of the body are taken together, query first, so a
+ * `last_event_id` in the query wins over one in the body. It resumes where the request says
+ * (resume.ts), runs on the feed's tailer and hub as a MercureSelection (subscribe.ts), and ends when
+ * the token expires. With active subscriptions on, the registry hears of every subscriber's start and
+ * end. No SQL here.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
+import { ApiError } from '../errors.ts';
 import type { Feed } from '../feed/feed.ts';
 import { errorSchema } from '../http/errors.ts';
 import { openSseStream } from '../http/sse.ts';
 import { type ActiveSubscriptions, newSubscriberId } from './active-subscriptions.ts';
 import type { MercureAuthorizer } from './authorize.ts';
 import { sendMercureError } from './challenge.ts';
-import { parseForm, rawQuery } from './form.ts';
+import { type FormPair, parseForm, rawQuery } from './form.ts';
 import { MERCURE_STREAM } from './frames.ts';
 import type { MercureStats } from './metrics.ts';
 import { HUB_PATH } from './publish.ts';
@@ -57,23 +62,51 @@ const subscribeSchema = {
   },
 };
 
+const querySubscribeSchema = {
+  ...subscribeSchema,
+  summary: 'Mercure: subscribe (SSE), parameters in the body',
+  description:
+    'The GET subscription with its parameters in an application/x-www-form-urlencoded body as well as in the query: every pair of both is taken (a `last_event_id` in the query wins over the body). See docs/mercure.md.',
+  consumes: ['application/x-www-form-urlencoded'],
+  response: { ...subscribeSchema.response, 415: errorSchema },
+};
+
+/** Registers GET and QUERY on the hub; `app` parses form bodies as raw bytes (routes.ts). */
 export function subscribeRoute(app: FastifyInstance, deps: SubscribeRouteDeps): void {
-  app.get(HUB_PATH, { config: { access: 'public' }, schema: subscribeSchema }, (request, reply) =>
-    subscribe(deps, request, reply),
+  app.get(HUB_PATH, { config: { access: 'public' }, schema: subscribeSchema }, async (request, reply) =>
+    subscribe(deps, request, reply, queryPairs(request)),
   );
+  app.query(
+    HUB_PATH,
+    { config: { access: 'public' }, schema: querySubscribeSchema },
+    async (request, reply) =>
+      subscribe(deps, request, reply, [...queryPairs(request), ...bodyPairs(request)]),
+  );
+}
+
+const queryPairs = (request: FastifyRequest): FormPair[] =>
+  parseForm(rawQuery(request.raw.url ?? ''), 'query');
+
+function bodyPairs(request: FastifyRequest): FormPair[] {
+  if (!Buffer.isBuffer(request.body)) {
+    throw new ApiError(
+      415,
+      'unsupported_media_type',
+      'a Mercure QUERY subscription has an application/x-www-form-urlencoded body',
+    );
+  }
+  return parseForm(request.body, 'body');
 }
 
 async function subscribe(
   deps: SubscribeRouteDeps,
   request: FastifyRequest,
   reply: FastifyReply,
+  pairs: readonly FormPair[],
 ): Promise<FastifyReply> {
   const { config, db, feed, authorizer, stats } = deps;
   const hub = authorizer.hub;
-  const req = subscribeRequest(
-    parseForm(rawQuery(request.raw.url ?? ''), 'query'),
-    config.mercureProtocolCompatibility === 8,
-  );
+  const req = subscribeRequest(pairs, config.mercureProtocolCompatibility === 8);
   const matcher = compileRequestSelectors(req.selectors, hub);
   const auth = await authorizer.authenticate(request, 'subscribe');
   if (!auth.ok) return sendMercureError(reply, auth);
