@@ -163,6 +163,7 @@ async function mercureHub(app: FastifyInstance, deps: AppDeps, stats: MercureSta
       activeSubscriptions: active,
       authorizer,
       lastEventId: async () => (await lastUpdateId(deps.db, deps.feed.tailer.position)) ?? 'earliest',
+      legacy: deps.config.mercureProtocolCompatibility === 8,
     });
     activeSubscriptions = active;
   }

@@ -6,6 +6,9 @@
  * percent-encoded once, `!'()*` included), and the Mercure subscriptions API
  * (active-subscription-routes.ts) lists the open ones.
  *
+ * With MERCURE_PROTOCOL_COMPATIBILITY=8, a subscription made with `topic=` has the 0.x shape instead
+ * (legacy-subscriptions.ts): its own topic, a JSON-LD document and no SSE event type.
+ *
  * Each Mercure subscription's row is written in the same transaction as its event (through the hub's
  * own commitfeed.mercure_append, `internal`), so the API and the events never disagree, on any replica.
  *
@@ -24,6 +27,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { type Db, inTransaction } from '../db/database.ts';
 import type { MercureAuthorizer } from './authorize.ts';
 import type { MercureGrants } from './grants.ts';
+import { type LegacySubscriptionDoc, isLegacyDoc, legacyDoc } from './legacy-subscriptions.ts';
 import type { TopicSelector } from './match.ts';
 import { type MercureUpdate, appendUpdates } from './publish.ts';
 
@@ -47,6 +51,13 @@ export interface MercureSubscriptionDoc {
   payload?: unknown;
 }
 
+/** Either shape: 1.0, or 0.x for a `topic=` subscription (whose stored match_type is `topic`). */
+export type SubscriptionDoc = MercureSubscriptionDoc | LegacySubscriptionDoc;
+
+/** The matcher a document describes, as its row stores it. */
+const matcherOf = (d: SubscriptionDoc): [string, string] =>
+  isLegacyDoc(d) ? ['topic', d.topic] : [d.match_type, d.match];
+
 /** RFC 6570 simple string expansion of one value: everything but unreserved characters encoded. */
 export function expandVar(value: string): string {
   return encodeURIComponent(value).replace(
@@ -68,12 +79,12 @@ export function mercureSubscriptionTopic(
 /** A new subscriber id: random, so it discloses nothing about the token (draft §Subscriber Identifier). */
 export const newSubscriberId = (): string => `urn:uuid:${randomUUID()}`;
 
-const asEvent = (doc: MercureSubscriptionDoc): MercureUpdate => ({
+const asEvent = (doc: SubscriptionDoc): MercureUpdate => ({
   topics: [doc.id],
   data: JSON.stringify(doc),
   private: true,
   id: null,
-  type: 'mercure',
+  type: isLegacyDoc(doc) ? null : 'mercure',
   retry: null,
 });
 
@@ -102,7 +113,7 @@ const DROP_SELF_SQL = 'delete from commitfeed.mercure_instances where instance =
 const LIST_SQL = `
   select doc from commitfeed.mercure_subscriptions
   where ($1::text is null or match_type = $1) and ($2::text is null or match = $2)
-    and ($3::text is null or subscriber = $3)
+    and ($3::text is null or subscriber = $3) and ($5::boolean is null or (match_type = 'topic') = $5)
   order by since, topic
   limit $4`;
 
@@ -130,14 +141,18 @@ export class ActiveSubscriptions {
   }
 
   /** The documents of a subscriber's Mercure subscriptions (one per distinct matcher). */
-  docs(conn: MercureSubscriber, active: boolean): MercureSubscriptionDoc[] {
+  docs(conn: MercureSubscriber, active: boolean): SubscriptionDoc[] {
     const seen = new Set<string>();
-    const out: MercureSubscriptionDoc[] = [];
+    const out: SubscriptionDoc[] = [];
     for (const s of conn.selectors) {
+      const payload = this.authorizer.payloadFor(conn.grants, s.match);
+      if (s.matchType === 'topic') {
+        out.push(legacyDoc(this.hubPath, s.match, conn.subscriber, active, payload));
+        continue; // `topic=` values are distinct already (subscribe.ts), and their ids are their own
+      }
       const id = mercureSubscriptionTopic(this.hubPath, s.matchType, s.match, conn.subscriber);
       if (seen.has(id)) continue;
       seen.add(id);
-      const payload = this.authorizer.payloadFor(conn.grants, s.match);
       out.push({
         id,
         type: 'subscription',
@@ -185,17 +200,21 @@ export class ActiveSubscriptions {
     });
   }
 
-  /** Mercure subscription documents, optionally of one matcher or one subscriber (at most `limit`). */
+  /**
+   * Mercure subscription documents, optionally of one matcher or one subscriber, and only the 0.x
+   * ones (`legacy: true`) or only the 1.0 ones (`false`); at most `limit`.
+   */
   async list(
-    filter: { matchType?: string; match?: string; subscriber?: string },
+    filter: { matchType?: string; match?: string; subscriber?: string; legacy?: boolean },
     limit: number,
-  ): Promise<MercureSubscriptionDoc[]> {
-    const { rows } = await this.db.executeQuery<{ doc: MercureSubscriptionDoc }>(
+  ): Promise<SubscriptionDoc[]> {
+    const { rows } = await this.db.executeQuery<{ doc: SubscriptionDoc }>(
       CompiledQuery.raw(LIST_SQL, [
         filter.matchType ?? null,
         filter.match ?? null,
         filter.subscriber ?? null,
         limit,
+        filter.legacy ?? null,
       ]),
     );
     return rows.map((r) => r.doc);
@@ -244,12 +263,12 @@ export class ActiveSubscriptions {
     const docs = this.docs(conn, true);
     if (docs.length === 0) return;
     await inTransaction(this.db, async (trx) => {
-      const { rows } = await trx.executeQuery<{ doc: MercureSubscriptionDoc }>(
+      const { rows } = await trx.executeQuery<{ doc: SubscriptionDoc }>(
         CompiledQuery.raw(INSERT_SQL, [
           docs.map((d) => d.id),
           docs.map((d) => d.subscriber),
-          docs.map((d) => d.match_type),
-          docs.map((d) => d.match),
+          docs.map((d) => matcherOf(d)[0]),
+          docs.map((d) => matcherOf(d)[1]),
           docs.map((d) => JSON.stringify(d)),
           docs.map(() => this.instance),
         ]),
@@ -267,9 +286,7 @@ export class ActiveSubscriptions {
   /** Deletes rows and publishes `active: false` for each, in one transaction. */
   private async end(query: string, params: unknown[], db: Db = this.db): Promise<number> {
     return inTransaction(db, async (trx) => {
-      const { rows } = await trx.executeQuery<{ doc: MercureSubscriptionDoc }>(
-        CompiledQuery.raw(query, params),
-      );
+      const { rows } = await trx.executeQuery<{ doc: SubscriptionDoc }>(CompiledQuery.raw(query, params));
       if (rows.length > 0)
         await appendUpdates(
           trx,
