@@ -1,6 +1,7 @@
 /**
  * Settings of what a request may carry and how events travel: size and connection limits, the group
- * commit, the tailer's window and reads, and the SSE streams' timing.
+ * commit, the tailer's window and reads, the SSE streams' timing, and the self-check that proves
+ * delivery end to end.
  */
 import { MAX_SETTING_MS, duration, int, type Setting } from './settings.ts';
 
@@ -93,5 +94,25 @@ export const DELIVERY_SETTINGS = {
     {
       max: MAX_SETTING_MS,
     },
+  ),
+  selfCheckIntervalMs: duration(
+    'SELF_CHECK_INTERVAL',
+    '10s',
+    0,
+    'How often each process writes a tiny marker to the internal stream `commitfeed/selfcheck` (never shown to readers) and follows it through its own delivery path: commit, LISTEN wake, tail read, fan-out. A stage missed is logged, counted in /metrics and shown by /readyz (docs/operations.md#self-check). 0: off (a deployment whose role cannot write turns it off by itself).',
+    { section: 'Self-check', max: MAX_SETTING_MS },
+  ),
+  selfCheckBoundMs: duration(
+    'SELF_CHECK_BOUND',
+    '5s',
+    10,
+    'How long a marker may take, from its write, to pass every stage; a stage it has not passed by then is a miss.',
+    { max: MAX_SETTING_MS },
+  ),
+  selfCheckMisses: int(
+    'SELF_CHECK_MISSES',
+    3,
+    1,
+    'Consecutive checks whose marker was not read by the tailer or not fanned out within the bound before /readyz answers 503; a stalled commit, LISTEN wake or horizon only makes it say `degraded`.',
   ),
 } satisfies Record<string, Setting<unknown>>;
