@@ -9,8 +9,11 @@
  * backoff (100 ms to 5 s) and wakes the tailer after every reconnect, because notifications sent
  * while it was away are lost. That only costs latency: the notify is a hint, the feed is the truth,
  * and the tailer's fallback poll keeps delivering meanwhile. `connected` feeds /readyz.
+ * A self-check marker's NOTIFY (marker.ts) is handed to the self-check when it is this process's own,
+ * and wakes nothing when it is another process's.
  */
 import pg from 'pg';
+import { MARKER_PREFIX } from './marker.ts';
 
 /** The one channel every feed write notifies (payload empty: the feed, not the notify, is the truth). */
 export const FEED_CHANNEL = 'commitfeed_feed';
@@ -32,8 +35,11 @@ export class Listener {
   connected = false;
   /** Backend pid of the LISTEN connection (tests terminate it). */
   pid: number | undefined;
-  /** notifications: heard; own: of those, sent by this process's own sessions (not acted on). */
-  readonly stats = { notifications: 0, own: 0, reconnects: 0 };
+  /** notifications: heard; own: of those, sent by this process's own sessions (not acted on);
+   * foreignMarkers: other processes' self-check markers (not acted on). */
+  readonly stats = { notifications: 0, own: 0, foreignMarkers: 0, reconnects: 0 };
+  /** This process's markers: their payloads' start, and who hears them (see hearMarkers). */
+  private markers: { prefix: string; heard(payload: string): void } | undefined;
 
   constructor(private readonly opts: ListenerOptions) {}
 
@@ -66,6 +72,7 @@ export class Listener {
     client.on('end', () => onFail());
     client.on('notification', (msg) => {
       this.stats.notifications++;
+      if (msg.payload?.startsWith(MARKER_PREFIX) && this.foreignMarker(msg.payload)) return;
       if (this.opts.ownSessions?.has(msg.processId)) {
         this.stats.own++;
         return;
@@ -90,6 +97,26 @@ export class Listener {
     this.backoffMs = 0;
     // Whatever was notified while we were away is lost: read now.
     this.opts.onNotify();
+  }
+
+  /**
+   * Hands the NOTIFY payloads that start with `prefix` (this process's self-check markers) to `heard`;
+   * undefined: none are this process's.
+   */
+  hearMarkers(markers: { prefix: string; heard(payload: string): void } | undefined): void {
+    this.markers = markers;
+  }
+
+  /** True for another process's marker, which wakes nothing: the next read finds its row anyway, and
+   * waking every process for every process's marker would make N processes cost N² reads. This
+   * process's own goes to the self-check, then on as any notification. */
+  private foreignMarker(payload: string): boolean {
+    if (this.markers !== undefined && payload.startsWith(this.markers.prefix)) {
+      this.markers.heard(payload);
+      return false;
+    }
+    this.stats.foreignMarkers++;
+    return true;
   }
 
   private retry(): void {

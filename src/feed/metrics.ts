@@ -54,7 +54,8 @@ function registerTailMetrics(m: Metrics, feed: Feed): void {
     'Tailer wake-ups by source: notify (LISTEN), local (own commit), fallback (timer: idle poll, re-poll behind the horizon, error backoff)',
     ['source'],
     (add) => {
-      add({ source: 'notify' }, listener.stats.notifications - listener.stats.own);
+      const { notifications, own, foreignMarkers } = listener.stats;
+      add({ source: 'notify' }, notifications - own - foreignMarkers);
       add({ source: 'local' }, feed.batcher.stats.statements);
       add({ source: 'fallback' }, tailer.stats.fallbackWakes);
     },
@@ -68,6 +69,11 @@ function registerTailMetrics(m: Metrics, feed: Feed): void {
     'commitfeed_notifications_own_total',
     "NOTIFYs sent by this process's own connections, not acted on (their commits wake the tailer directly)",
     () => listener.stats.own,
+  );
+  m.counter(
+    'commitfeed_notifications_foreign_markers_total',
+    "NOTIFYs of other processes' self-check markers, not acted on (their rows are read at the next read)",
+    () => listener.stats.foreignMarkers,
   );
   m.counter(
     'commitfeed_listener_reconnects_total',
