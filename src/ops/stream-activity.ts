@@ -4,10 +4,9 @@
  * time and the types seen. Bounded: MAX_STREAMS streams, MAX_TYPES types each.
  */
 import type { FeedEvent } from '../feed/event.ts';
-import { queueStream } from '../queues/wake-stream.ts';
 import type { StreamStats } from '../streams/queries.ts';
 
-/** A user stream as the streams view shows it (internal `queue/...` streams are not kept). */
+/** A user stream as the streams view shows it (internal streams, `queue/...` and the like, are not kept). */
 export interface StreamRow {
   name: string;
   /** Events per second over the last `RATE_WINDOW_S` seconds. */
@@ -109,9 +108,10 @@ export class StreamActivity {
   }
 }
 
-/** Internal streams (queue wake-ups) have a '/' in their name, which user stream names cannot. */
+/** Internal streams (queue wake-ups, Mercure's updates, the self-check's markers) have a '/' in their
+ * name, which user stream names cannot. */
 function isInternal(stream: string): boolean {
-  return stream.startsWith(queueStream(''));
+  return stream.includes('/');
 }
 
 const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
