@@ -35,6 +35,7 @@ import { activeSubscriptionRoutes } from './mercure/active-subscription-routes.t
 import { liveRoutes } from './ops/live.ts';
 import { metricsRoutes } from './ops/metrics.ts';
 import type { Sampler } from './ops/sampler.ts';
+import type { SelfCheck } from './ops/self-check.ts';
 import { uiRoutes } from './ops/ui.ts';
 import type { Queues } from './queues/queues.ts';
 import { queueRoutes } from './queues/routes.ts';
@@ -58,6 +59,8 @@ export interface AppDeps {
   pool?: pg.Pool;
   /** The live page's sampler (GET /v1/ops/live is served only with one). */
   sampler?: Sampler;
+  /** The delivery self-check, for /readyz and /metrics. */
+  selfCheck?: SelfCheck;
 }
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
@@ -123,6 +126,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       ...(follower ? [followerMetrics(deps.db, follower)] : []),
       ...(scheduler ? [schedulerMetrics(scheduler)] : []),
       ...(pool ? [poolMetrics(pool)] : []),
+      ...(deps.selfCheck ? [deps.selfCheck] : []),
       mercureStats,
     ],
   });

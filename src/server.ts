@@ -1,15 +1,16 @@
 /**
- * startServer: database (embedded or DATABASE_URL) → pools → migrations → feed → janitor → queues →
- * flows → sampler → HTTP. The long-lived parts are built and started here, in that order, and handed
- * to the app as dependencies, so every route and /metrics sees the same instances.
+ * startServer: database (embedded or DATABASE_URL) → pools → migrations → feed → janitor → horizon
+ * watch → self-check → queues → flows → sampler → HTTP. The long-lived parts are built and started
+ * here, in that order, and handed to the app as dependencies, so every route and /metrics sees the
+ * same instances.
  *
  * Each part is added to one list as it starts; close() — and a start that fails half-way — stops the
  * list in reverse: the HTTP app first (its preClose stops accepting, answers long-polls, ends SSE
  * streams with a `retry:` hint and waits for the requests in flight: src/http/drain.ts), then the
  * sampler, the scheduler and the follower (a step in progress finishes), the queue batchers (queued
- * enqueues and acks are written; their wake-ups still reach a running feed), the horizon watcher,
- * the janitor, the feed (in-flight publishes finish; tailer and listener stop), the pools and the
- * embedded database.
+ * enqueues and acks are written; their wake-ups still reach a running feed), the self-check, the
+ * horizon watcher, the janitor, the feed (in-flight publishes finish; tailer and listener stop), the
+ * pools and the embedded database.
  */
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
@@ -29,6 +30,7 @@ import { scheduleTickRetention } from './flows/schedules.ts';
 import { mercureTopicRetention } from './mercure/retention.ts';
 import { watchHorizon } from './ops/horizon-watch.ts';
 import { Sampler } from './ops/sampler.ts';
+import { SelfCheck } from './ops/self-check.ts';
 import { Queues } from './queues/queues.ts';
 import { queueRetention } from './queues/retention.ts';
 import { Janitor, type JanitorOptions } from './retention/janitor.ts';
@@ -42,6 +44,7 @@ export interface Server {
   follower: Follower;
   scheduler: Scheduler;
   sampler: Sampler;
+  selfCheck: SelfCheck;
   url: string;
   databaseUrl: string;
   close(): Promise<void>;
@@ -89,6 +92,17 @@ async function startParts(
   janitor.start();
   // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
   running.add('horizon watch', watchHorizon({ db, feed, log }));
+  // A marker through this process's own delivery path now and then (SELF_CHECK_INTERVAL; 0: off).
+  const selfCheck = new SelfCheck({
+    db,
+    feed,
+    intervalMs: config.selfCheckIntervalMs,
+    boundMs: config.selfCheckBoundMs,
+    misses: config.selfCheckMisses,
+    log,
+  });
+  running.add('self-check', () => selfCheck.stop());
+  selfCheck.start();
   const queues = new Queues({ db, feed, batchMaxJobs: config.batchMaxEvents });
   running.add('queues', () => queues.close());
   // Streams and cron schedules feeding queues: every replica may run them (FLOWS).
@@ -106,7 +120,8 @@ async function startParts(
   const sampler = new Sampler({ db, feed, queues });
   running.add('sampler', () => sampler.stop());
   await sampler.start();
-  const deps = { config, db, feed, janitor, queues, follower, scheduler, pool: pools.pool, sampler };
+  const { pool } = pools;
+  const deps = { config, db, feed, janitor, queues, follower, scheduler, pool, sampler, selfCheck };
   const app = await buildApp(deps);
   running.add('HTTP', () => app.close());
   const url = await app.listen({ port: config.port, host: config.host });

@@ -79,6 +79,9 @@ export async function startTestServer(
     // The tail floor trails what it proved by 1h in production, where tests would never reach it:
     // 50ms puts every test's held transactions and out-of-order commits across it.
     tailFloorMarginMs: 50,
+    // Tests count notifications, tail reads and feed rows exactly: a self-check marker would be one
+    // more of each. The self-check's own tests turn it on.
+    selfCheckIntervalMs: 0,
     ...overrides,
   };
   const server = await startServer(config);
