@@ -37,6 +37,7 @@ import pg from 'pg';
 import { isPrimer, parseSse, splitEventId, textChunks } from '../../src/client/sse.ts';
 import { compareCursors, parseCursor } from '../../src/feed/cursor.ts';
 import type { EventInput } from '../../src/feed/event.ts';
+import { MARKER_STREAM } from '../../src/feed/marker.ts';
 import { appendEvents } from '../../src/feed/queries/append.ts';
 import { type EmbeddedDatabase, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import type { Database } from '../../src/db/database.ts';
@@ -647,10 +648,10 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
 
     // ---- the truth: the table, cross-checked with what the writers know
     const check = sqlDb();
+    // Every row but the services' self-check markers, which no writer wrote and no reader sees.
     const { rows } = await sql<{ cursor: string; stream: string; key: string | null }>`
-      select txid::text || '-' || id::text as cursor, stream, key from commitfeed.feed order by txid, id`.execute(
-      check,
-    );
+      select txid::text || '-' || id::text as cursor, stream, key from commitfeed.feed
+      where stream <> ${MARKER_STREAM} order by txid, id`.execute(check);
     const inTable = new Map<string, { cursor: string; stream: string }>();
     for (const row of rows) if (row.key !== null) inTable.set(row.key, row);
     const problems: string[] = [];
