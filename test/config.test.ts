@@ -106,9 +106,23 @@ t.test('a bad value stops start-up with an error naming the variable', async (t)
   t.throws(() => loadConfig({ POOL_SIZE: '1' }), /POOL_SIZE must be an integer >= 2 \(got "1"\)/);
   t.throws(() => loadConfig({ PORT: '80.5' }), /PORT must be an integer/);
   t.throws(() => loadConfig({ PORT: '1e3' }), /PORT must be an integer/);
-  t.throws(() => loadConfig({ PREPARED_STATEMENTS: 'maybe' }), /PREPARED_STATEMENTS must be true or false/);
+  t.throws(
+    () => loadConfig({ PREPARED_STATEMENTS: 'maybe' }),
+    /PREPARED_STATEMENTS must be auto, true or false/,
+  );
+  t.throws(
+    () => loadConfig({ DIRECT_DATABASE_URL: 'postgres://db:5432/app' }),
+    /DIRECT_DATABASE_URL is set without DATABASE_URL/,
+  );
   t.throws(() => loadConfig({ AUTH: 'maybe' }), /AUTH must be "off" or "jwt"/);
   t.equal(loadConfig({ POOL_SIZE: '' }).poolSize, 10, 'an empty variable means the default');
+  t.equal(
+    loadConfig({}).preparedStatements,
+    undefined,
+    'PREPARED_STATEMENTS=auto: DIRECT_DATABASE_URL decides',
+  );
+  t.equal(loadConfig({ PREPARED_STATEMENTS: 'off' }).preparedStatements, false);
+  t.equal(loadConfig({ PREPARED_STATEMENTS: 'true' }).preparedStatements, true);
 });
 
 t.test('the *_MS names of before are refused with their new name', async (t) => {

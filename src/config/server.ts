@@ -4,13 +4,13 @@
  */
 import {
   MAX_SETTING_MS,
-  bool,
   duration,
   int,
   optional,
   setting,
   splitList,
   text,
+  type Env,
   type Setting,
 } from './settings.ts';
 import { availableParallelism } from 'node:os';
@@ -41,6 +41,18 @@ export const SERVER_SETTINGS = {
     'PostgreSQL to use, e.g. postgres://postgres@127.0.0.1:5432/postgres. Unset: an embedded PostgreSQL 17 is started with its data under DATA_DIR.',
     'Database',
   ),
+  directDatabaseUrl: {
+    name: 'DIRECT_DATABASE_URL',
+    doc: 'The PostgreSQL server itself, when DATABASE_URL is a transaction-mode pooler (PgBouncer, RDS Proxy, Supavisor): LISTEN, the tail read, advisory locks (janitor, migrations) and `npm run maint` use it; requests use DATABASE_URL, which then gets no startup parameters (the statement timeout is set per transaction). A start-up check fails if a LISTEN here misses a NOTIFY sent through DATABASE_URL. Unset: everything uses DATABASE_URL (docs/operations.md#behind-a-connection-pooler).',
+    parse: (raw: string | undefined, env: Env) => {
+      if (raw !== undefined && !env.DATABASE_URL) {
+        throw new Error(
+          'DIRECT_DATABASE_URL is set without DATABASE_URL: set DATABASE_URL to the pool and DIRECT_DATABASE_URL to the PostgreSQL server itself',
+        );
+      }
+      return raw;
+    },
+  },
   readDatabaseUrls: {
     name: 'READ_DATABASE_URL',
     doc: 'Streaming hot standbys of DATABASE_URL (comma-separated) for the tail, catch-up and JSON reads; writes, LISTEN, queues and the janitor stay on the primary. A standby that lags past READ_LAG_WAIT, stops, restarts or is promoted is left for the primary (logged, /readyz, /metrics) and rejoins when caught up; no event is lost or repeated. Unset: every read goes to the primary.',
@@ -59,7 +71,7 @@ export const SERVER_SETTINGS = {
     'POOL_SIZE',
     10,
     2,
-    "Connections in the query pool (the LISTEN connection and the tail read's are two more).",
+    "Connections in the query pool (the LISTEN connection and the tail read's are two more; with DIRECT_DATABASE_URL, up to two more there for migrations and the janitor).",
   ),
   statementTimeoutMs: duration(
     'STATEMENT_TIMEOUT',
@@ -68,10 +80,18 @@ export const SERVER_SETTINGS = {
     'Longest a single SQL statement may run; a stalled database gives 503 instead of a hang.',
     { max: MAX_SETTING_MS },
   ),
-  preparedStatements: bool(
+  preparedStatements: setting(
     'PREPARED_STATEMENTS',
-    true,
-    'Run the hot feed queries as named prepared statements (planning a query over the partitioned feed costs more than running it); false behind a pooler that cannot keep them.',
+    'auto',
+    'Run the hot feed queries as named prepared statements (planning a query over the partitioned feed costs more than running it). `auto`: on, but off on DATABASE_URL when DIRECT_DATABASE_URL is set (a transaction-mode pool); `true` there is checked at start (a named statement must survive from one pooled transaction to the next, as with PgBouncer 1.21+ and max_prepared_statements).',
+    undefined,
+    (raw): boolean | undefined => {
+      const v = raw?.trim() ?? '';
+      if (/^auto$/i.test(v)) return undefined;
+      if (/^(1|true|yes|on)$/i.test(v)) return true;
+      if (/^(0|false|no|off)$/i.test(v)) return false;
+      throw new Error(`PREPARED_STATEMENTS must be auto, true or false (got ${JSON.stringify(raw)})`);
+    },
   ),
   logLevel: text(
     'LOG_LEVEL',
