@@ -1,8 +1,8 @@
 /**
- * startServer: database (embedded or DATABASE_URL) → pools → migrations → feed → janitor → horizon
- * watch → self-check → queues → flows → sampler → HTTP. The long-lived parts are built and started
- * here, in that order, and handed to the app as dependencies, so every route and /metrics sees the
- * same instances.
+ * startServer: database (embedded or DATABASE_URL) → pools and their checks → migrations → feed →
+ * janitor → horizon watch → self-check → queues → flows → sampler → HTTP. The long-lived parts are
+ * built and started here, in that order, and handed to the app as dependencies, so every route and
+ * /metrics sees the same instances.
  *
  * Each part is added to one list as it starts; close() — and a start that fails half-way — stops the
  * list in reverse: the HTTP app first (its preClose stops accepting, answers long-polls, ends SSE
@@ -21,7 +21,8 @@ import type { Config } from './config/config.ts';
 import type { Database } from './db/database.ts';
 import { configuredDatabase } from './db/embedded.ts';
 import { migrate } from './db/migrate.ts';
-import { createPools } from './db/pools.ts';
+import { checkPreparedStatements, checkSessionUrl, explainStartupRefusal } from './db/pooler-checks.ts';
+import { createPools, type Pools } from './db/pools.ts';
 import { Feed } from './feed/feed.ts';
 import { recordLostEvents } from './flows/losses.ts';
 import { Follower } from './flows/follower.ts';
@@ -78,16 +79,19 @@ async function startParts(
   if (embedded) running.add('embedded database', () => embedded.stop());
   const pools = createPools(config, databaseUrl, log);
   running.add('pools', () => pools.close());
-  const { db } = pools;
+  const { db, sessionDb } = pools;
+  await checkPools(pools, config);
   if (opts.migrate !== false) {
-    const applied = await migrate(db);
+    const applied = await migrate(sessionDb).catch((err: unknown) => {
+      throw explainStartupRefusal(err, pools.pooled ? 'DIRECT_DATABASE_URL' : 'DATABASE_URL');
+    });
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
   }
-  const { tailDb, sessions: ownSessions, standbys } = pools;
-  const feed = new Feed({ ...config, db, tailDb, databaseUrl, ownSessions, standbys, log });
+  const { tailDb, sessions: ownSessions, standbys, sessionUrl } = pools;
+  const feed = new Feed({ ...config, db, tailDb, databaseUrl: sessionUrl, ownSessions, standbys, log });
   running.add('feed', () => feed.stop(config.sseRetryMs));
   await feed.start();
-  const janitor = buildJanitor(db, config, log);
+  const janitor = buildJanitor(sessionDb, config, log);
   running.add('janitor', () => janitor.stop());
   janitor.start();
   // A stalled horizon is logged with the backend holding it, not only exposed in /metrics.
@@ -126,6 +130,16 @@ async function startParts(
   running.add('HTTP', () => app.close());
   const url = await app.listen({ port: config.port, host: config.host });
   return { ...deps, app, url, databaseUrl };
+}
+
+/**
+ * The LISTEN connection's URL must be a session of its own (a transaction-mode pool loses other
+ * connections' NOTIFYs), and PREPARED_STATEMENTS=true through a pool needs a pool that keeps them
+ * (src/db/pooler-checks.ts): both fail the start with what to set.
+ */
+async function checkPools(pools: Pools, config: Config): Promise<void> {
+  await checkSessionUrl({ sessionUrl: pools.sessionUrl, db: pools.db, pooled: pools.pooled });
+  if (pools.pooled && config.preparedStatements === true) await checkPreparedStatements(pools.pool);
 }
 
 /**

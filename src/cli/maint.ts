@@ -1,13 +1,16 @@
 /**
  * Operator command: `npm run maint -- run` does one maintenance pass now (partitions ahead, drops past
  * RETENTION, key, job, schedule-tick and Mercure topic trimming; skipped if another instance is doing one), `npm run maint --
- * stats` prints feed statistics as JSON. Uses DATABASE_URL and the same settings as the server
- * (environment or .env); migrations are applied first, as at start-up.
+ * stats` prints feed statistics as JSON. Uses DATABASE_URL — DIRECT_DATABASE_URL when set: its
+ * migrations and the janitor hold session advisory locks, which a transaction-mode pool would take and
+ * release on different server connections — and the same settings as the server (environment or
+ * .env); migrations are applied first, as at start-up.
  */
 import pino from 'pino';
 import { loadConfig, loadDotEnv } from '../config/config.ts';
 import { createDatabase } from '../db/database.ts';
 import { migrate } from '../db/migrate.ts';
+import { explainStartupRefusal } from '../db/pooler-checks.ts';
 import { feedStats } from '../retention/partitions.ts';
 import { buildJanitor } from '../server.ts';
 
@@ -24,15 +27,17 @@ if (!config.databaseUrl) {
 }
 const log = pino({ level: config.logLevel === 'silent' ? 'silent' : 'warn' });
 const { db } = createDatabase({
-  url: config.databaseUrl,
+  url: config.directDatabaseUrl ?? config.databaseUrl,
   poolSize: 2,
   statementTimeoutMs: config.statementTimeoutMs,
-  preparedStatements: config.preparedStatements,
+  preparedStatements: config.preparedStatements ?? true,
   log,
   applicationName: 'commitfeed-maint',
 });
 try {
-  await migrate(db);
+  await migrate(db).catch((err: unknown) => {
+    throw explainStartupRefusal(err, config.directDatabaseUrl ? 'DIRECT_DATABASE_URL' : 'DATABASE_URL');
+  });
   if (command === 'run') {
     const run = await buildJanitor(db, { ...config, janitorIntervalMs: 0 }, log).runOnce();
     console.log(JSON.stringify(run, null, 2));

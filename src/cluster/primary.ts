@@ -35,7 +35,8 @@ export async function runPrimary(config: Config): Promise<number> {
   const log = pino({ level: config.logLevel === 'silent' ? 'silent' : config.logLevel });
   const { url: databaseUrl, embedded } = await configuredDatabase(config, log);
   try {
-    await migrateOnce(databaseUrl, log);
+    // Migrations hold a session advisory lock: on the server itself when DATABASE_URL is a pool.
+    await migrateOnce(config.directDatabaseUrl ?? databaseUrl, log);
   } catch (err) {
     await embedded?.stop().catch(() => {});
     throw err;

@@ -8,6 +8,7 @@
  */
 import { Kysely, PostgresDialect, type Transaction } from 'kysely';
 import pg from 'pg';
+import { pooledClientClass, transactionSettings } from './pooled-client.ts';
 import { PreparingClient } from './prepared.ts';
 
 export const SCHEMA = 'commitfeed';
@@ -38,6 +39,10 @@ export interface DbOptions {
   /** Plan every parameterised statement generically (plan_cache_mode): for pools that run only the
    * feed's reads, whose generic plans test/retention.test.ts keeps to index scans. */
   genericPlans?: boolean;
+  /** A transaction-mode pool (PgBouncer, RDS Proxy, Supavisor): no startup parameters, the settings
+   * set per transaction (src/db/pooled-client.ts), and no backend pids in `sessions` (the pool's
+   * key data names no server process). */
+  pooled?: boolean;
 }
 
 /**
@@ -52,9 +57,31 @@ export function createDatabase(opts: DbOptions): {
   const pool = new pg.Pool({
     connectionString: opts.url,
     max: opts.poolSize,
-    ...(opts.preparedStatements === false ? {} : { Client: PreparingClient }),
     connectionTimeoutMillis: 5000,
     idleTimeoutMillis: 30000,
+    ...(opts.pooled ? pooledClient(opts) : sessionClient(opts)),
+  });
+  pool.on('error', (err) => opts.log.warn({ err: err.message }, 'idle database connection failed'));
+  const sessions = new Set<number>();
+  pool.on('connect', (client) => {
+    client.on('error', (err) => opts.log.warn({ err: err.message }, 'database connection failed'));
+    if (!opts.pooled) sessions.add(pidOf(client));
+  });
+  pool.on('remove', (client) => sessions.delete(pidOf(client)));
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return { db, pool, sessions };
+}
+
+/** A pooled connection: no startup parameter at all (the pooler may refuse any). */
+function pooledClient(opts: DbOptions): pg.PoolConfig {
+  const base = opts.preparedStatements === false ? pg.Client : PreparingClient;
+  return { Client: pooledClientClass(base, transactionSettings(opts), opts.statementTimeoutMs) };
+}
+
+/** A connection of its own to the server: its settings sent once, at connect. */
+function sessionClient(opts: DbOptions): pg.PoolConfig {
+  return {
+    ...(opts.preparedStatements === false ? {} : { Client: PreparingClient }),
     statement_timeout: opts.statementTimeoutMs,
     application_name: opts.applicationName ?? 'commitfeed',
     // JIT compiles a plan when its cost estimate is high, which partitioned feed reads (many
@@ -67,16 +94,7 @@ export function createDatabase(opts: DbOptions): {
     // the number of partitions"). The setting covers the pool's unnamed statements too, so it is not
     // set on the pool that runs everything else.
     options: opts.genericPlans ? '-c jit=off -c plan_cache_mode=force_generic_plan' : '-c jit=off',
-  });
-  pool.on('error', (err) => opts.log.warn({ err: err.message }, 'idle database connection failed'));
-  const sessions = new Set<number>();
-  pool.on('connect', (client) => {
-    client.on('error', (err) => opts.log.warn({ err: err.message }, 'database connection failed'));
-    sessions.add(pidOf(client));
-  });
-  pool.on('remove', (client) => sessions.delete(pidOf(client)));
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-  return { db, pool, sessions };
+  };
 }
 
 /** The backend pid pg learnt at connect (BackendKeyData); not in pg's type declarations. */
