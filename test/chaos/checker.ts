@@ -2,7 +2,7 @@
  * The chaos checker: an adversarial end-to-end test of the delivery promise ("every committed event,
  * exactly once, in one order, whatever happens"). Run alone:
  *
- *   npx tsx test/chaos/checker.ts --seed 42 --duration 60 [--readers 60] [--streams 5] [--replicas 2] [--standby]
+ *   npx tsx test/chaos/checker.ts --seed 42 --duration 60 [--readers 60] [--streams 5] [--replicas 2] [--standby | --pooler]
  *
  * It starts its own embedded PostgreSQL (own folder under the temp dir, own port: it restarts it and
  * holds transactions open) and runs the service as child processes (`node --import tsx src/main.ts`)
@@ -20,6 +20,9 @@
  *   connect.
  * - Faults: kill -9 + restart of a service process, restart of PostgreSQL, pg_terminate_backend of
  *   the LISTEN connections and of pooled connections, a writing transaction held open for seconds.
+ * - Pooler mode (`--pooler`): the services and the SQL writers reach PostgreSQL through a real
+ *   PgBouncer in transaction mode (test/pgbouncer.ts), the services with DIRECT_DATABASE_URL on
+ *   PostgreSQL itself. One more fault: PgBouncer restarted (every pooled connection cut at once).
  * - Standby mode (`--standby`): PostgreSQL is a primary with a streaming hot standby
  *   (test/standby-cluster.ts) and the services read the feed from the standby (READ_DATABASE_URL).
  *   Two more faults: replay paused for a while (the standby lags; reads fall over to the primary),
@@ -41,6 +44,7 @@ import { MARKER_STREAM } from '../../src/feed/marker.ts';
 import { appendEvents } from '../../src/feed/queries/append.ts';
 import { type EmbeddedDatabase, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import type { Database } from '../../src/db/database.ts';
+import { type PgBouncer, startPgBouncer } from '../pgbouncer.ts';
 import { type StandbyCluster, startStandbyCluster } from '../standby-cluster.ts';
 
 export interface ChaosOptions {
@@ -51,6 +55,8 @@ export interface ChaosOptions {
   replicas: number;
   /** Run on a primary + streaming standby (the standby listens on pgPort + 1) with reads on the standby. */
   standby?: boolean;
+  /** Run the services and SQL writers through a PgBouncer in transaction mode (test/pgbouncer.ts). */
+  pooler?: boolean;
   pgPort: number;
   basePort: number;
   /** Progress lines on stderr. */
@@ -222,6 +228,8 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
   const pools: Kysely<Database>[] = [];
   let pgdb: EmbeddedDatabase | undefined;
   let cluster: StandbyCluster | undefined;
+  let bouncer: PgBouncer | undefined;
+  const teardowns: (() => unknown)[] = [];
   let pgDown = false;
   let stopped = false;
   const killAll = () => {
@@ -238,6 +246,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     holdTx: 0,
     pauseReplay: 0,
     restartStandby: 0,
+    restartPooler: 0,
   };
 
   try {
@@ -270,6 +279,13 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       ? { READ_DATABASE_URL: inDb(cluster.standbyUrl), READ_LAG_WAIT: '300ms' }
       : {};
     log(`PostgreSQL up; database ${dbName}`);
+    if (opts.pooler) {
+      bouncer = await startPgBouncer({ teardown: (fn) => teardowns.push(fn) }, dbUrl);
+      readEnv.DIRECT_DATABASE_URL = dbUrl;
+      log(`PgBouncer (transaction mode) on ${bouncer.port}`);
+    }
+    // What the services and the SQL writers connect to; the truth is read from PostgreSQL itself.
+    const appUrl = bouncer ? bouncer.url(dbUrl) : dbUrl;
     const restartPg = async () => {
       pgDown = true;
       if (cluster) await cluster.stopPrimary();
@@ -294,14 +310,14 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
 
     // Replicas: the first one migrates alone, the others start together with it racing nothing.
     for (let i = 0; i < opts.replicas; i++) {
-      services.push(new Service(opts.basePort + i, dbUrl, path.join(work, `service-${i}.log`), readEnv));
+      services.push(new Service(opts.basePort + i, appUrl, path.join(work, `service-${i}.log`), readEnv));
     }
     await Promise.all(services.map((s) => s.start()));
     log(`${services.length} service processes ready`);
 
-    const sqlDb = () => {
+    const sqlDb = (url = appUrl) => {
       const pool = new pg.Pool({
-        connectionString: dbUrl,
+        connectionString: url,
         max: 4,
         application_name: 'chaos-writer',
         connectionTimeoutMillis: 3000,
@@ -569,6 +585,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     const restarts: Promise<void>[] = [];
     const kinds = ['killService', 'restartPg', 'killListen', 'killPooled', 'holdTx'];
     if (cluster) kinds.push('pauseReplay', 'restartStandby');
+    if (bouncer) kinds.push('restartPooler');
     let deck: string[] = [];
     const faults = (async () => {
       await sleep(1000);
@@ -576,8 +593,8 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
         // Every kind once per round, in a seeded order: a short run still sees each of them.
         if (deck.length === 0) {
           deck = [...kinds].sort(() => fr.next() - 0.5);
-          // Standby mode: its own faults come first, so a short run sees them too.
-          if (counts.faults === 0 && cluster) deck.sort((a, b) => standbyFirst(a) - standbyFirst(b));
+          // Standby and pooler modes: their own faults come first, so a short run sees them too.
+          if (counts.faults === 0 && (cluster || bouncer)) deck.sort((a, b) => modeFirst(a) - modeFirst(b));
         }
         const kind = deck.pop()!;
         counts.faults++;
@@ -605,12 +622,25 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
           await cluster.stopStandby();
           await sleep(fr.int(200, 1200));
           await cluster.startStandby();
-        } else if (kind === 'killListen' || kind === 'killPooled') {
+        } else if (kind === 'restartPooler' && bouncer) {
+          // Every pooled connection cut at once, and none to be had for a moment.
+          await bouncer.restart(fr.int(100, 800));
+        } else if (kind === 'killListen' || (kind === 'killPooled' && !bouncer)) {
           const app = kind === 'killListen' ? 'commitfeed-listen' : 'commitfeed';
           await admin((c) =>
             c.query('select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1', [
               app,
             ]),
+          );
+        } else if (kind === 'killPooled') {
+          // PgBouncer's server connections carry no name of ours: every other client backend of the
+          // database but the LISTEN connections (the tail reads' and the janitor's go too).
+          await admin((c) =>
+            c.query(
+              `select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database()
+                 and backend_type = 'client backend' and pid <> pg_backend_pid()
+                 and application_name not in ('commitfeed-listen', 'chaos-admin')`,
+            ),
           );
         } else {
           // A writing transaction held open for seconds: the horizon stalls, delivery pauses, and
@@ -647,7 +677,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     log('writers done; reading the truth from the table');
 
     // ---- the truth: the table, cross-checked with what the writers know
-    const check = sqlDb();
+    const check = sqlDb(dbUrl);
     // Every row but the services' self-check markers, which no writer wrote and no reader sees.
     const { rows } = await sql<{ cursor: string; stream: string; key: string | null }>`
       select txid::text || '-' || id::text as cursor, stream, key from commitfeed.feed
@@ -751,6 +781,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       `${counts.connects} connects, ${delivered} deliveries, faults=${counts.faults} ` +
       `(kill -9 ${counts.killService}, pg restart ${counts.restartPg}, listen cut ${counts.killListen}, pool cut ${counts.killPooled}, held tx ${counts.holdTx}` +
       (cluster ? `, replay paused ${counts.pauseReplay}, standby restart ${counts.restartStandby}` : '') +
+      (bouncer ? `, pooler restart ${counts.restartPooler}` : '') +
       '); ' +
       `${failedReaders} readers diverged` +
       (firstDivergence ? `; first divergence: ${firstDivergence}` : '') +
@@ -766,15 +797,16 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     await Promise.all(pools.map((p) => p.destroy().catch(() => {})));
     await pgdb?.stop().catch(() => {});
     await cluster?.stop().catch(() => {});
+    for (const fn of teardowns.splice(0).reverse()) await Promise.resolve(fn()).catch(() => {});
     process.removeListener('exit', killAll);
   }
 }
 
 class RolledBack extends Error {}
 
-/** Sort key that puts the standby faults at the end of a deck (popped first). */
-function standbyFirst(kind: string): number {
-  return kind === 'pauseReplay' || kind === 'restartStandby' ? 1 : 0;
+/** Sort key that puts the standby and pooler faults at the end of a deck (popped first). */
+function modeFirst(kind: string): number {
+  return kind === 'pauseReplay' || kind === 'restartStandby' || kind === 'restartPooler' ? 1 : 0;
 }
 
 async function waitReady(s: Service): Promise<void> {
@@ -806,6 +838,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.a
     streams: arg('streams', 5),
     replicas: arg('replicas', 2),
     standby: process.argv.includes('--standby'),
+    pooler: process.argv.includes('--pooler'),
     pgPort: arg('pg-port', 25360),
     basePort: arg('port', 25370),
     verbose: !process.argv.includes('--quiet'),

@@ -6,17 +6,21 @@
  *
  * Ports derive from the run's own TEST_PG_PORT, so concurrent runs on one machine (each with its own)
  * never share a cluster or a service port, and are away from a checker run by hand (25360/25370).
- * The two modes never share one either: primary-only, PostgreSQL on +1000 and services from +1010;
- * standby, the primary on +1020, the standby on +1021 and services from +1030.
+ * The modes never share one either: primary-only, PostgreSQL on +1000 and services from +1010;
+ * standby, the primary on +1020, the standby on +1021 and services from +1030; pooler, PostgreSQL on
+ * +1005 and services from +1015 (PgBouncer takes a free port of the system's).
  */
 import type { Test } from 'tap';
 import { type ChaosResult, runChaos } from './checker.ts';
 
 const TEST_PG_PORT = Number(process.env.TEST_PG_PORT ?? 25339);
 
-export async function shortChaosRun(t: Test, mode: { standby: boolean }): Promise<ChaosResult> {
+export async function shortChaosRun(
+  t: Test,
+  mode: { standby: boolean; pooler?: boolean },
+): Promise<ChaosResult> {
   const seed = Number(process.env.CHAOS_SEED ?? Math.floor(Math.random() * 1e6));
-  const offset = mode.standby ? 1020 : 1000;
+  const offset = mode.standby ? 1020 : mode.pooler ? 1005 : 1000;
   const result = await runChaos({
     seed,
     durationS: Number(process.env.CHAOS_DURATION ?? 20),
@@ -24,12 +28,14 @@ export async function shortChaosRun(t: Test, mode: { standby: boolean }): Promis
     streams: 4,
     replicas: 2,
     standby: mode.standby,
+    pooler: mode.pooler,
     pgPort: TEST_PG_PORT + offset,
     basePort: TEST_PG_PORT + offset + 10,
     verbose: process.env.CHAOS_VERBOSE === '1',
   });
   t.comment(result.verdict);
-  const rerun = `npx tsx test/chaos/checker.ts${mode.standby ? ' --standby' : ''} --seed ${seed}`;
+  const flag = mode.standby ? ' --standby' : mode.pooler ? ' --pooler' : '';
+  const rerun = `npx tsx test/chaos/checker.ts${flag} --seed ${seed}`;
   t.ok(result.ok, `verdict (rerun with CHAOS_SEED=${seed} ${rerun})`);
   return result;
 }
