@@ -34,6 +34,8 @@ export interface PgBouncer {
   restart(pauseMs?: number): Promise<void>;
   /** PgBouncer's log so far (for failure messages). */
   log(): string;
+  /** The running process's id (benches read its CPU time). */
+  pid(): number | undefined;
 }
 
 type T = { teardown(fn: () => unknown): void };
@@ -135,6 +137,7 @@ export async function startPgBouncer(
       await start();
     },
     log,
+    pid: () => proc?.pid,
   };
 }
 
