@@ -50,18 +50,20 @@ export async function checkSessionUrl(opts: {
   try {
     await client.connect();
     await client.query(`LISTEN ${CHANNEL}`);
+    const notify = () =>
+      sql`select pg_notify(${CHANNEL}, ${token})`.execute(opts.db).catch((err: unknown) => {
+        throw explainStartupRefusal(err, 'DATABASE_URL');
+      });
+    await notify();
+    // From the first NOTIFY's commit: a slow first connection through the pool is not a lost NOTIFY.
     const deadline = Date.now() + bound;
     // The LISTEN connection sends nothing while it waits: PostgreSQL delivers a notification to an
     // idle session by itself, while through a pool a query of its own could land on the server
     // connection that ran the LISTEN and pick up a notification by luck. The NOTIFY is sent again
     // now and then in case one was lost some other way (a connection failing over).
-    for (let sent = 0; !heard && Date.now() < deadline; sent++) {
-      if (sent % 10 === 0) {
-        await sql`select pg_notify(${CHANNEL}, ${token})`.execute(opts.db).catch((err: unknown) => {
-          throw explainStartupRefusal(err, 'DATABASE_URL');
-        });
-      }
-      if (!heard) await new Promise((r) => setTimeout(r, 25));
+    for (let waited = 1; !heard && Date.now() < deadline; waited++) {
+      await new Promise((r) => setTimeout(r, 25));
+      if (!heard && waited % 10 === 0) await notify();
     }
   } finally {
     await client.end().catch(() => {});
