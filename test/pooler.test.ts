@@ -260,7 +260,8 @@ t.test(
       );
       return { code, out };
     };
-    for (const command of ['run', 'run', 'stats']) {
+    // `stats` migrates first too: a migrations lock left on a pooled server connection would hang it.
+    for (const command of ['run', 'stats']) {
       const r = await maint(command);
       t.equal(r.code, 0, `maint ${command}: ${r.out.slice(0, 300)}`);
       if (command === 'run') t.match(r.out, /"ran": true/);
