@@ -208,7 +208,11 @@ t.test(
       }
     };
     const first = await waitUntil((s) => s.primed.length >= 1, 'the priming frame');
-    t.match(first.primed[0], /^\d+-\d+$/, 'the priming frame sets lastEventId to the connect point');
+    t.match(
+      first.primed[0],
+      /^\d+-\d+\.[0-9a-f]{8}$/,
+      'the priming frame sets lastEventId to the connect point',
+    );
     t.same(first.msgs, [], 'onmessage does not see the priming frame');
 
     await server.close();

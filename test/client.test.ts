@@ -40,7 +40,11 @@ t.test('publish, publishBatch and typed errors', async (t) => {
   const server = await startTestServer(t, await testDatabase(t));
   const cf = new CommitfeedClient({ url: server.url });
   const a = await cf.publish('orders', { n: 1 }, { type: 'created', key: 'o-1' });
-  t.match(a, { stream: 'orders', duplicate: false, id: /^\d+-\d+$/ });
+  t.match(
+    a,
+    { stream: 'orders', duplicate: false, id: /^\d+-\d+\.[0-9a-f]{8}$/ },
+    'a tagged cursor, passed through',
+  );
   const again = await cf.publish('orders', { n: 1 }, { type: 'created', key: 'o-1' });
   t.same(again, { ...a, duplicate: true }, 'idempotent by key');
   const batch = await cf.publishBatch('orders', [{ data: 2 }, { data: 3, type: 'paid' }]);

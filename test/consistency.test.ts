@@ -7,6 +7,7 @@ import { appendEvents } from '../src/feed/queries/append.ts';
 import { appendCheckedEvents } from '../src/feed/queries/append-checked.ts';
 import type { CheckedEventInput } from '../src/feed/event.ts';
 import {
+  cursorId,
   feedRows,
   openSse,
   publish,
@@ -15,6 +16,7 @@ import {
   startTestServer,
   testDatabase,
   until,
+  untagged,
 } from './helpers.ts';
 
 // The batcher takes events toEventInput() checked; these are valid by construction.
@@ -47,22 +49,22 @@ t.test('out-of-order commits: a lower id committing last is delivered, in (txid,
   t.equal(sse.received.length, 0, 'B waits behind the horizon while A is open (never delivered before A)');
   releaseA();
   const aRes = await a;
-  const aId = Number(aRes.id.split('-')[1]);
-  const bId = Number(b.body.id.split('-')[1]);
+  const aId = cursorId(aRes.id);
+  const bId = cursorId(b.body.id);
   t.ok(aId < bId, 'A took the lower id');
 
   const got = await sse.waitFor(2, 5000);
   t.same(
-    got.map((m) => [m.id, m.data]),
+    got.map((m) => [untagged(m.id!), m.data]),
     [
       [aRes.id, '"A"'],
-      [b.body.id, '"B"'],
+      [untagged(b.body.id), '"B"'],
     ],
     'both delivered, in feed order',
   );
   t.same(
-    (await feedRows(db)).map((r) => r.cursor),
-    [aRes.id, b.body.id],
+    (await feedRows(db)).map((r) => untagged(r.cursor)),
+    [aRes.id, untagged(b.body.id)],
     'the SSE order is the table order by (txid, id)',
   );
 });
@@ -86,14 +88,11 @@ t.test('a transaction that got its xid early but inserted late orders by txid, n
   const later = await publish(server.url, 'x', { data: 'later-xid' }); // lower id? no: it inserts first
   go();
   const e = await early;
-  t.ok(
-    Number(e.id.split('-')[1]) > Number(later.body.id.split('-')[1]),
-    'the early transaction has the higher id',
-  );
+  t.ok(cursorId(e.id) > cursorId(later.body.id), 'the early transaction has the higher id');
   const got = await sse.waitFor(2, 5000);
   t.same(
-    got.map((m) => m.id),
-    [e.id, later.body.id],
+    got.map((m) => untagged(m.id!)),
+    [e.id, untagged(later.body.id)],
     'delivered by (txid, id): the early xid first, although its id is higher',
   );
 });
@@ -173,11 +172,11 @@ t.test(
     // Committed by another writer (no local poke) while the listener is down: its notify is lost.
     const [during] = await appendEvents(db, [ev('l', 'while down')]);
     const got = await sse.waitFor(1, 8000);
-    t.equal(got[0].id, during.id, 'delivered after the reconnect');
+    t.equal(untagged(got[0].id!), during.id, 'delivered after the reconnect');
     t.ok(server.feed.listener.stats.reconnects >= 1, 'reconnected');
     t.not(server.feed.listener.pid, pid, 'on a new connection');
     const [after] = await appendEvents(db, [ev('l', 'after')]);
-    t.equal((await sse.waitFor(2, 5000))[1].id, after.id, 'notifications flow again');
+    t.equal(untagged((await sse.waitFor(2, 5000))[1].id!), after.id, 'notifications flow again');
     const ready = await fetch(`${server.url}/readyz`);
     t.equal(ready.status, 200);
   },

@@ -10,7 +10,7 @@ import { lastFrameCursor, namedSseFrame, sseFrame } from '../src/feed/frames.ts'
 import { currentHorizon } from '../src/feed/queries/current-horizon.ts';
 import { readRange } from '../src/feed/queries/read-range.ts';
 import { readRangeFrames } from '../src/feed/queries/read-range-frames.ts';
-import { openSse, publish, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { feedRows, openSse, publish, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 const DATA = [
   '{"n":1}',
@@ -41,6 +41,21 @@ t.test('PostgreSQL builds the same frames as sseFrame(), page by page', async (t
   t.equal(whole.count, DATA.length);
   t.notOk(whole.more, 'nothing more before upTo');
   t.same(whole.last, events[events.length - 1] && { txid: events.at(-1)!.txid, id: events.at(-1)!.id });
+
+  // With the feed's tag, as a server reads them: every id ends with it, the same bytes either way.
+  const tagged = await readRange(db, ['f', 'other'], START, upTo, 100, '.0123abcd');
+  t.match(sseFrame(tagged.events[0]), /^id: \d+-\d+\.0123abcd\n/, 'the id carries the tag');
+  for (const [streams, frame] of [
+    [['f'], sseFrame],
+    [['f', 'other'], namedSseFrame],
+  ] as const) {
+    const js = (await readRange(db, streams, START, upTo, 100, '.0123abcd')).events
+      .map((e) => frame(e))
+      .join('');
+    const fromSql = await readRangeFrames(db, streams, START, upTo, 100, 1 << 20, '.0123abcd');
+    t.equal(fromSql.frames, js, `tagged, ${streams.length} stream(s): identical bytes`);
+    t.same(fromSql.last, lastFrameCursor(js), 'the last cursor read back without its tag');
+  }
 
   const two = await readRangeFrames(db, ['f', 'other'], START, upTo, 100, 1 << 20);
   t.equal(two.count, DATA.length + 1, 'several streams: both read');
@@ -130,10 +145,7 @@ t.test('a connection to several streams gets ids naming the stream, live and in 
   await publish(server.url, 'a', { data: { n: 13 }, type: 'live' });
   const [m] = (await multi.waitFor(13, 10000)).slice(12);
   const [s1] = (await single.waitFor(7, 10000)).slice(6);
-  const rows = (
-    await sql<{ cursor: string; stream: string }>`
-    select txid::text || '-' || id::text as cursor, stream from commitfeed.feed order by txid, id`.execute(db)
-  ).rows;
+  const rows = await feedRows(db);
   t.same(
     multi.received.map((e) => e.id),
     rows.map((r) => `${r.cursor}/${r.stream}`),

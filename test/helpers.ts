@@ -11,6 +11,8 @@ import pg from 'pg';
 import { isPrimer, parseSse, type SseMessage, textChunks } from '../src/client/sse.ts';
 import { type Config, loadConfig } from '../src/config/config.ts';
 import type { Database } from '../src/db/database.ts';
+import { epochTag, formatCursor, parseCursor } from '../src/feed/cursor.ts';
+import { readFeedEpoch } from '../src/feed/queries/feed-epoch.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { type Server, startServer } from '../src/server.ts';
 import { templateName, withDatabase } from './template-database.ts';
@@ -287,15 +289,45 @@ export async function within<T>(promise: Promise<T>, ms: number, what: string | 
   }
 }
 
-/** Rows in the feed, in feed order. */
+/** The tag that ends every cursor of the feed in `db` (src/feed/cursor.ts). */
+export async function feedTag(db: Kysely<Database>): Promise<string> {
+  return epochTag(await readFeedEpoch(db));
+}
+
+/** A cursor's position as `<txid>-<id>` (and the stream an event id names), without the feed's tag:
+ * to compare the service's cursors with those the library API (appendEvents, commitfeed.publish)
+ * returns, which carry none. */
+export function untagged(cursor: string): string {
+  const c = parseCursor(cursor);
+  if (c === undefined) throw new Error(`not a cursor: ${cursor}`);
+  const slash = cursor.indexOf('/');
+  return slash === -1 ? formatCursor(c) : `${formatCursor(c)}${cursor.slice(slash)}`;
+}
+
+/** The id (second part) of a cursor. */
+export function cursorId(cursor: string): number {
+  const c = parseCursor(cursor);
+  if (c === undefined) throw new Error(`not a cursor: ${cursor}`);
+  return c.id;
+}
+
+/** A cursor as the service writes it: `<txid>-<id>.<tag>` (the tag: 8 hex digits). */
+export const CURSOR_TEXT = /^\d+-\d+\.[0-9a-f]{8}$/;
+
+/** Rows in the feed, in feed order; `cursor` as the service writes it (tagged). */
 export async function feedRows(
   db: Kysely<Database>,
 ): Promise<{ cursor: string; stream: string; data: unknown }[]> {
-  const { rows } = await sql<{ cursor: string; stream: string; data: unknown }>`
-    select txid::text || '-' || id::text as cursor, stream, data from commitfeed.feed order by txid, id`.execute(
-    db,
-  );
-  return rows;
+  // Output names other than the columns': ORDER BY would bind to the text outputs (DESIGN.md's trap).
+  const { rows } = await sql<{ tx: string; n: string; stream: string; data: unknown }>`
+    select f.txid::text as tx, f.id::text as n, f.stream, f.data from commitfeed.feed f
+    order by f.txid, f.id`.execute(db);
+  const tag = await feedTag(db);
+  return rows.map((r) => ({
+    cursor: formatCursor({ txid: Number(r.tx), id: Number(r.n) }, tag),
+    stream: r.stream,
+    data: r.data,
+  }));
 }
 
 /** A free TCP port on 127.0.0.1, for a process that needs a number before it starts (nginx, a replica

@@ -5,7 +5,7 @@
 // cap; and end to end through the server.
 import t from 'tap';
 import { createDatabase } from '../src/db/database.ts';
-import { type Cursor, START, compareCursors, horizonCursor } from '../src/feed/cursor.ts';
+import { type Cursor, START, compareCursors, horizonCursor, parseCursor } from '../src/feed/cursor.ts';
 import type { CheckedEventInput, EventInput } from '../src/feed/event.ts';
 import { OwnWrites } from '../src/feed/own-writes.ts';
 import type { FeedEvent } from '../src/feed/event.ts';
@@ -30,12 +30,13 @@ type Db = Awaited<ReturnType<typeof open>>;
 /** What a reader sees of an event (everything the window keeps). */
 const shape = (e: FeedEvent) => [e.txid, e.id, e.cursor, e.stream, e.type, e.key, e.data, e.ms];
 
-/** Every finished event after `from`, read from the table alone (no held events). */
-async function fullRead(db: Db, from: Cursor): Promise<FeedEvent[]> {
+/** Every finished event after `from`, read from the table alone (no held events); `suffix`: the
+ * feed's tag as its cursors end (the tailer's). */
+async function fullRead(db: Db, from: Cursor, suffix: string): Promise<FeedEvent[]> {
   const out: FeedEvent[] = [];
   let at = from;
   for (;;) {
-    const page = await readTail(db, at, 1000);
+    const page = await readTail(db, at, 1000, undefined, undefined, suffix);
     out.push(...page.events);
     if (page.events.length < 1000) return out;
     at = page.events[page.events.length - 1];
@@ -88,7 +89,7 @@ t.test('a tailer with held events delivers exactly what the table holds, in feed
   release();
   await late;
   await write([ev('f', 11), ev('f', 12), ev('f', 13), ev('f', 14), ev('f', 15)]);
-  const all = await fullRead(db, from);
+  const all = await fullRead(db, from, tailer.history.suffix);
   t.equal(all.length, 2 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 5, 'every event is in the table');
   await until(
     async () => {
@@ -148,7 +149,7 @@ t.test('a group without keys is written in one row by append_plain: ids in input
     mine.every((r, i) => !r.duplicate && r.stream === events[i].stream),
     'one result per event, none a duplicate',
   );
-  const byCursor = new Map((await fullRead(db, START)).map((e) => [e.cursor, e]));
+  const byCursor = new Map((await fullRead(db, START, '')).map((e) => [e.cursor, e]));
   t.same(
     mine.map((r) => byCursor.get(r.id)?.data),
     events.map((e) => e.data),
@@ -211,6 +212,6 @@ t.test(
 );
 
 const parse = (c: unknown) => {
-  const [txid, id] = String(c).split('-').map(Number);
+  const { txid, id } = parseCursor(String(c))!;
   return { txid, id };
 };

@@ -9,6 +9,7 @@ import path from 'node:path';
 import t from 'tap';
 import { mintToken } from '../src/auth/tokens.ts';
 import { sql } from 'kysely';
+import { parseCursor } from '../src/feed/cursor.ts';
 import { freePort, publish, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
 const SECRET = 'test-secret-0123456789-0123456789-abcdef';
@@ -105,8 +106,8 @@ t.test('cache headers: full pages immutable, the rest no-store', async (t) => {
   t.not(multi.headers.get('etag'), etag, 'another page, another ETag');
 
   // Retention passed the cursor: a revalidation is not a 304 but the read, which says `reset`.
-  const [txid, id] = body.events[4].id.split('-');
-  await sql`update commitfeed.trim_mark set txid = ${txid}::xid8, id = ${id}::int8`.execute(
+  const { txid, id } = parseCursor(body.events[4].id)!;
+  await sql`update commitfeed.trim_mark set txid = ${String(txid)}::xid8, id = ${id}::int8`.execute(
     sqlClient(t, server.databaseUrl),
   );
   const trimmed = await page(`after=${after}&limit=10`, { 'if-none-match': etag! });

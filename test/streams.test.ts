@@ -1,13 +1,22 @@
 // Publish and read over HTTP against a real PostgreSQL: SSE delivery, JSON pages, long-poll,
 // resume (Last-Event-ID, ?after, across a restart), priming, multi-stream reads, catch-up hand-over.
 import t from 'tap';
-import { feedRows, openSse, publish, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import {
+  CURSOR_TEXT,
+  feedRows,
+  openSse,
+  publish,
+  sleep,
+  sqlClient,
+  startTestServer,
+  testDatabase,
+} from './helpers.ts';
 
 t.test('publish → SSE delivery, in order, with ids and types', async (t) => {
   const server = await startTestServer(t, await testDatabase(t));
   const sse = await openSse(t, `${server.url}/v1/streams/orders/events`);
   t.equal(sse.status, 200);
-  t.match(sse.primed, /^\d+-\d+$/, 'the cursor is primed at connect');
+  t.match(sse.primed, CURSOR_TEXT, 'the cursor is primed at connect');
   const a = await publish(server.url, 'orders', { data: { n: 1 }, type: 'created' });
   const other = await publish(server.url, 'other', { data: 'not for orders' });
   const b = await publish(server.url, 'orders', { data: [2, 'two'] });
@@ -78,7 +87,7 @@ t.test('JSON reads: pages, next cursor, limit, earliest, latest', async (t) => {
   t.equal(p3.body.next, p2.body.next, 'empty page keeps the cursor');
   const latest = await get('');
   t.same(latest.body.events, [], 'latest starts at the tail');
-  t.match(latest.body.next, /^\d+-\d+$/);
+  t.match(latest.body.next, CURSOR_TEXT);
 });
 
 t.test('long-poll wakes when an event arrives, and times out empty', async (t) => {
@@ -240,9 +249,9 @@ t.test('a slow reader is bounded and loses nothing once it reads again', async (
   });
   sock.resume();
   const deadline = Date.now() + 20000;
-  while ((text.match(/^id: \d+-\d+\ndata/gm) ?? []).length < ids.length && Date.now() < deadline)
+  while ((text.match(/^id: \d+-\d+\.\w+\ndata/gm) ?? []).length < ids.length && Date.now() < deadline)
     await sleep(50);
-  const got = [...text.matchAll(/^id: (\d+-\d+)\ndata/gm)].map((m) => m[1]);
+  const got = [...text.matchAll(/^id: (\d+-\d+\.\w+)\ndata/gm)].map((m) => m[1]);
   t.equal(got.length, ids.length, 'all events arrived');
   t.same(got, ids, 'in order, once');
 });

@@ -13,6 +13,7 @@ import type { FeedEvent } from './event.ts';
 import { chunkFrames, framerFor } from './frames.ts';
 import { readRange } from './queries/read-range.ts';
 import { readRangeFrames } from './queries/read-range-frames.ts';
+import type { FeedHistory } from './history.ts';
 import type { FeedReads } from './reads.ts';
 import type { TrimMarks } from './trim-marks.ts';
 
@@ -47,6 +48,7 @@ export class CatchUpReads {
     private readonly tail: LiveTail,
     private readonly reads: FeedReads,
     private readonly marks: TrimMarks,
+    private readonly history: FeedHistory,
   ) {}
 
   /**
@@ -78,7 +80,9 @@ export class CatchUpReads {
     if (fromWindow && this.tail.inWindow(after) && compareCursors(upTo, this.tail.position) === 0) {
       events = this.tail.fromWindow(streamSet, after, limit);
     } else {
-      const range = await this.reads.range(upTo, (db) => readRange(db, streams, after, upTo, limit));
+      const range = await this.reads.range(upTo, (db) =>
+        readRange(db, streams, after, upTo, limit, this.history.suffix),
+      );
       if (compareCursors(after, range.trimMark) < 0) {
         return { events: [], position: range.trimMark, reset: range.trimMark };
       }
@@ -105,7 +109,7 @@ export class CatchUpReads {
     if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
     if (!this.tail.inWindow(after)) {
       const page = await this.reads.range(upTo, (db) =>
-        readRangeFrames(db, streams, after, upTo, limit, chunkBytes),
+        readRangeFrames(db, streams, after, upTo, limit, chunkBytes, this.history.suffix),
       );
       if (compareCursors(after, page.trimMark) < 0) {
         return { chunks: [], count: 0, position: page.trimMark, more: true, reset: page.trimMark };

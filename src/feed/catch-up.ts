@@ -93,7 +93,9 @@ export class CatchUp {
    * way. True when that ended the stream.
    */
   private reset(sub: Subscriber, mark: Cursor): boolean {
-    const said = sub.selection ? sub.selection.onReset(mark) : { chunk: resetFrame(mark), end: false };
+    const said = sub.selection
+      ? sub.selection.onReset(mark)
+      : { chunk: resetFrame(mark, this.tailer.history.tag), end: false };
     if (said?.end) {
       sub.sink.end(said.chunk);
       this.opts.unsubscribe(sub);

@@ -16,7 +16,7 @@
  *   them (publish, enqueue) stay as they are.
  */
 import { ApiError } from '../errors.ts';
-import type { Cursor } from './cursor.ts';
+import { type Cursor, cursorText } from './cursor.ts';
 import { KEY_MAX_LENGTH, TYPE_PATTERN, assertKey, assertName, assertType, invalid } from './validate.ts';
 
 /** A field a publisher may leave out (stored as null): its request schema and its check. */
@@ -88,14 +88,14 @@ export interface FeedEvent extends Cursor, EventFields {
 
 /**
  * An event at (`tx`, `id`) (their decimal texts) with `e`'s contents: a row read, or one held
- * (own-writes.ts). Field by field rather than a loop over EVENT_FIELDS: the tailer makes one per
- * event it reads.
+ * (own-writes.ts). `suffix`: the feed's tag as its cursors end (history.ts). Field by field rather
+ * than a loop over EVENT_FIELDS: the tailer makes one per event it reads.
  */
-export function feedEvent(tx: string, id: string, e: EventFields, ms: number): FeedEvent {
+export function feedEvent(tx: string, id: string, e: EventFields, ms: number, suffix = ''): FeedEvent {
   return {
     txid: Number(tx),
     id: Number(id),
-    cursor: `${tx}-${id}`,
+    cursor: cursorText(tx, id, suffix),
     stream: e.stream,
     type: e.type,
     key: e.key,

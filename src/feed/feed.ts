@@ -14,6 +14,7 @@ import { Listener } from './listener.ts';
 import { OwnWrites } from './own-writes.ts';
 import type { AppendResult } from './queries/append.ts';
 import { appendCheckedEvents } from './queries/append-checked.ts';
+import type { FeedHistory } from './history.ts';
 import { FeedReads, type StandbyDb } from './reads.ts';
 import { Tailer } from './tailer.ts';
 
@@ -50,6 +51,8 @@ export class Feed {
   readonly hub: Hub;
   readonly listener: Listener;
   readonly reads: FeedReads;
+  /** The feed's tag on every cursor it mints, and the check of cursors clients bring (history.ts). */
+  readonly history: FeedHistory;
   /** This process's commits the tailer has not yet read past (see own-writes.ts). */
   readonly own: OwnWrites;
   /** Read-only observers of every page the tailer reads (the live page's sampler counts them). */
@@ -80,6 +83,7 @@ export class Feed {
         for (const watch of this.watchers) watch(events);
       },
     });
+    this.history = this.tailer.history;
     this.hub = new Hub(this.tailer, {
       pageSize: opts.pageSize,
       heartbeatMs: opts.heartbeatMs,
@@ -90,7 +94,8 @@ export class Feed {
     this.batcher = new Batcher(opts.db, {
       maxEvents: opts.batchMaxEvents,
       // One autocommit statement per group: committed when it returns, so its events may be held.
-      write: (db, events) => appendCheckedEvents(db, events, this.own),
+      // Results carry the feed's tag on their cursors, as every cursor the service answers with.
+      write: async (db, events) => this.history.tagged(await appendCheckedEvents(db, events, this.own)),
       onCommit: () => this.tailer.wake(),
     });
     this.listener = new Listener({

@@ -7,16 +7,18 @@
  * (test/frames.test.ts) compares them on hostile data.
  *
  * A connection to several streams gets frames whose `id:` names the stream after the cursor:
- * `id: 7350-12/orders`. A browser's EventSource hands a listener only the event name, `lastEventId`
+ * `id: 7350-12.9f86d081/orders`. A browser's EventSource hands a listener only the event name, `lastEventId`
  * and `data`; the event name is the publisher's type and the data is the publisher's JSON, so the
  * id is the one field the server owns. The cursor part stays the resume point: a reconnecting
  * EventSource sends the whole id back as Last-Event-ID and the server reads the cursor from it
- * (parseCursor accepts the suffix). A connection to one stream keeps the plain `id: 7350-12`.
+ * (parseCursor accepts the suffix). A connection to one stream keeps the plain `id: 7350-12.9f86d081`
+ * (every cursor ends with the feed's tag: cursor.ts).
  * Both forms are built at most once per event and cached on it, so a fan-out to many subscribers
  * costs no per-subscriber string work whichever form each one gets.
  */
-import { type Cursor, parseCursor } from './cursor.ts';
+import { type Cursor, formatCursor, parseCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
+import type { NotInFeed } from './history.ts';
 
 /** True when a connection to `streams` gets frames that name their stream (namedSseFrame). */
 export function namesStreams(streams: readonly string[]): boolean {
@@ -71,14 +73,19 @@ export function chunkFrames(
   return { chunks, count };
 }
 
-/** sseFrame() in SQL, for a row `f` of commitfeed.feed. */
-export const SSE_FRAME_SQL = frameSql('');
+/** sseFrame() in SQL, for a row `f` of commitfeed.feed; `$tag` is the statement's argument holding
+ * the feed's tag as its cursors end (cursor.ts: tagSuffix). */
+export function sseFrameSql(tag: string): string {
+  return frameSql(tag, '');
+}
 
 /** namedSseFrame() in SQL: the catch-up of a connection to several streams. */
-export const NAMED_SSE_FRAME_SQL = frameSql(` || '/' || f.stream`);
+export function namedSseFrameSql(tag: string): string {
+  return frameSql(tag, ` || '/' || f.stream`);
+}
 
-function frameSql(idSuffix: string): string {
-  return `'id: ' || f.txid::text || '-' || f.id::text${idSuffix} || E'\\n'
+function frameSql(tag: string, idSuffix: string): string {
+  return `'id: ' || f.txid::text || '-' || f.id::text || ${tag}::text${idSuffix} || E'\\n'
       || coalesce('event: ' || f.type || E'\\n', '')
       || 'data: ' || (case when strpos(f.data::text, E'\\n') > 0 or strpos(f.data::text, E'\\r') > 0
                           then regexp_replace(f.data::text, E'\\r\\n|\\r|\\n', ' ', 'g')
@@ -98,11 +105,24 @@ export function lastFrameCursor(frames: string): Cursor | null {
   const eol = frames.indexOf('\n', from);
   const id = frames.slice(from + 4, eol); // after "id: "
   const slash = id.indexOf('/');
-  return parseCursor(slash === -1 ? id : id.slice(0, slash)) ?? null;
+  const c = parseCursor(slash === -1 ? id : id.slice(0, slash));
+  return c === undefined ? null : { txid: c.txid, id: c.id };
 }
 
-/** The in-band "you missed events" signal: retention dropped events at or before `mark`. */
-export function resetFrame(mark: Cursor): string {
-  const c = `${mark.txid}-${mark.id}`;
-  return `id: ${c}\nevent: reset\ndata: {"reason":"trimmed","resumeFrom":"${c}"}\n\n`;
+/** Why a reader is told `reset`: retention dropped events past its cursor (`trimmed`), or its
+ * cursor is not a position of this feed (history.ts: `ahead`, `foreign`). */
+export type ResetReason = 'trimmed' | NotInFeed;
+
+/** The `reset` signal's body, `{"reason","resumeFrom"}` (SSE data; a JSON read's `reset` property). */
+export function resetJson(reason: ResetReason, resumeFrom: Cursor, tag: string): string {
+  return `{"reason":"${reason}","resumeFrom":"${formatCursor(resumeFrom, tag)}"}`;
+}
+
+/**
+ * The in-band "you missed events" signal, before anything else: retention dropped events at or
+ * before `resumeFrom` (`trimmed`), or the cursor is not in this feed and the reader goes on from
+ * `resumeFrom` (UNKNOWN_CURSOR_RESUME). The frame's id moves the client's Last-Event-ID there.
+ */
+export function resetFrame(resumeFrom: Cursor, tag: string, reason: ResetReason = 'trimmed'): string {
+  return `id: ${formatCursor(resumeFrom, tag)}\nevent: reset\ndata: ${resetJson(reason, resumeFrom, tag)}\n\n`;
 }

@@ -58,8 +58,9 @@ export class OwnWrites {
     return [...this.txs.keys()];
   }
 
-  /** The held events of the transactions in `txids` in (after, upTo], in feed order. */
-  between(txids: readonly string[], after: Cursor, upTo: Cursor): FeedEvent[] {
+  /** The held events of the transactions in `txids` in (after, upTo], in feed order; `suffix`: the
+   * feed's tag as their cursors end. */
+  between(txids: readonly string[], after: Cursor, upTo: Cursor, suffix = ''): FeedEvent[] {
     const out: FeedEvent[] = [];
     const listed = txids
       .map((tx) => this.txs.get(tx))
@@ -70,7 +71,7 @@ export class OwnWrites {
         const at = { txid: w.txid, id: w.ids[i] };
         if (compareCursors(at, after) <= 0) continue;
         if (compareCursors(at, upTo) > 0) break;
-        out.push(feedEvent(w.tx, String(w.ids[i]), w.events[i], w.ms));
+        out.push(feedEvent(w.tx, String(w.ids[i]), w.events[i], w.ms, suffix));
       }
     }
     return out;

@@ -27,6 +27,7 @@ import type { Db } from '../db/database.ts';
 import { CatchUpReads, type EventsRead, type FramesRead, type LiveTail } from './catch-up-reads.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
+import { FeedHistory } from './history.ts';
 import { type OwnWrites, mergeInOrder } from './own-writes.ts';
 import { currentHorizon } from './queries/current-horizon.ts';
 import { floorMark } from './queries/floor-mark.ts';
@@ -83,6 +84,8 @@ export class Tailer implements LiveTail {
   private readonly marks: TrimMarks;
   private readonly catchUp: CatchUpReads;
   private readonly floor: TailFloorTracker;
+  /** The feed's tag and the check of cursors against this history (history.ts). */
+  readonly history: FeedHistory;
   /** fallbackWakes: reads started by the timer (idle poll, re-poll behind the horizon, backoff);
    * deferredWakes: commit wakes deferred while idle; deferredReads: reads their timer started. */
   readonly stats = {
@@ -101,11 +104,13 @@ export class Tailer implements LiveTail {
   ) {
     this.reads = opts.reads ?? new FeedReads(db, [], { lagWaitMs: 0, log: opts.log });
     this.marks = new TrimMarks(db);
-    this.catchUp = new CatchUpReads(this, this.reads, this.marks);
+    this.history = new FeedHistory(db);
+    this.catchUp = new CatchUpReads(this, this.reads, this.marks, this.history);
     this.floor = new TailFloorTracker(opts.floorMarginMs ?? 0);
   }
 
   async start(): Promise<void> {
+    await this.history.start();
     this.window = new EventWindow(await currentHorizon(this.db), this.opts.windowEvents);
     this.stopped = false;
     this.schedule(this.opts.pollIntervalMs);
@@ -183,8 +188,9 @@ export class Tailer implements LiveTail {
         this.again = false;
         this.deferred = false;
         const { covers, woken } = this.wakes.reading();
+        const own = this.opts.own;
         const page = await this.reads.tail(woken, (db) =>
-          readTail(db, this.window.tail, this.opts.pageSize, this.opts.own, this.floor.floor),
+          readTail(db, this.window.tail, this.opts.pageSize, own, this.floor.floor, this.history.suffix),
         );
         if (compareCursors(this.window.tail, page.trimMark) < 0) {
           this.coverFloor = maxCursor(this.coverFloor, page.trimMark);
@@ -200,10 +206,9 @@ export class Tailer implements LiveTail {
         // (Every row read is from a transaction below the horizon, so the horizon is past them all.)
         const tail = full ? rows[rows.length - 1] : maxCursor(this.window.tail, horizon);
         // This process's own events the page skipped, within the same bounds (own-writes.ts).
-        const own = this.opts.own;
         const events =
           own && page.skipped.length > 0
-            ? mergeInOrder(rows, own.between(page.skipped, this.window.tail, tail))
+            ? mergeInOrder(rows, own.between(page.skipped, this.window.tail, tail, this.history.suffix))
             : rows;
         this.window.append(events, tail);
         own?.release(tail);
@@ -321,9 +326,10 @@ export class Tailer implements LiveTail {
     return this.catchUp.readFrames(streams, streamSet, after, limit, chunkBytes);
   }
 
-  /** True when retention may have dropped events after `after` (a fresh, shared trim-mark read). */
-  isBelowTrimMark(after: Cursor): Promise<boolean> {
-    return this.marks.isBelow(after);
+  /** The trim mark as of now (a fresh, shared read): retention may have dropped events after a
+   * cursor below it; it is the earliest position retention still holds. */
+  trimMark(): Promise<Cursor> {
+    return this.marks.current();
   }
 
   /** True when every event after `after` up to the tail is in the window (see coverFloor). */

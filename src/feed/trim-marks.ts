@@ -11,7 +11,7 @@
  * waited for it (their catch-up read fails) and the next caller reads again.
  */
 import type { Db } from '../db/database.ts';
-import { type Cursor, START, compareCursors, maxCursor } from './cursor.ts';
+import { type Cursor, START, maxCursor } from './cursor.ts';
 import { readTrimMark } from './queries/trim-mark.ts';
 
 export class TrimMarks {
@@ -43,11 +43,6 @@ export class TrimMarks {
     };
     this.queued = this.inFlight.then(startQueued, startQueued);
     return this.queued;
-  }
-
-  /** True when retention may have dropped events after `after` (a fresh, shared read). */
-  async isBelow(after: Cursor): Promise<boolean> {
-    return compareCursors(after, await this.current()) < 0;
   }
 
   private start(): Promise<Cursor> {

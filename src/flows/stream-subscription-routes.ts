@@ -8,7 +8,8 @@ import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
 import { namedResourceRoutes } from './named-routes.ts';
 import { ApiError } from '../errors.ts';
-import { parseCursor } from '../feed/cursor.ts';
+import { parseCursor, tagCursorText } from '../feed/cursor.ts';
+import type { Feed } from '../feed/feed.ts';
 import { toJobInput } from '../queues/validate.ts';
 import type { Follower } from './follower.ts';
 import {
@@ -22,6 +23,7 @@ import {
   createStreamSubscription,
   deleteStreamSubscription,
   listStreamSubscriptions,
+  type StreamSubscriptionStatus,
   setStreamSubscriptionPaused,
 } from './stream-subscriptions.ts';
 
@@ -29,6 +31,7 @@ export interface StreamSubscriptionRouteDeps {
   db: Db;
   config: Config;
   follower: Follower;
+  feed: Feed;
 }
 
 type CreateReq = {
@@ -73,6 +76,7 @@ export function streamSubscriptionRoutes(app: FastifyInstance, deps: StreamSubsc
     remove: (name) => deleteStreamSubscription(deps.db, name),
     setPaused: (name, paused) => setStreamSubscriptionPaused(deps.db, name, paused),
     notFound,
+    show: (s) => (s === null ? s : tagged(deps, s)),
     resumed: () => deps.follower.wake(),
   });
 }
@@ -104,5 +108,10 @@ async function createOne(
     from,
   });
   follower.wake();
-  return reply.code(201).send(sub);
+  return reply.code(201).send(tagged(deps, sub));
+}
+
+/** A stream subscription's status with its cursor in the form every answer has (the feed's tag). */
+function tagged(deps: StreamSubscriptionRouteDeps, s: StreamSubscriptionStatus): StreamSubscriptionStatus {
+  return { ...s, cursor: tagCursorText(s.cursor, deps.feed.history.tag) };
 }

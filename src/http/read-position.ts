@@ -5,14 +5,14 @@
  */
 import type { FastifyRequest } from 'fastify';
 import { ApiError, unavailable } from '../errors.ts';
-import { type Cursor, parseCursor } from '../feed/cursor.ts';
+import { type Cursor, type GivenCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 
 /**
  * The cursor a request names: its Last-Event-ID header (what EventSource sends on reconnect), else
  * `after`; undefined when it names none. A malformed one is a 400 `invalid_cursor`.
  */
-export function givenCursor(request: FastifyRequest, after: string | undefined): Cursor | undefined {
+export function givenCursor(request: FastifyRequest, after: string | undefined): GivenCursor | undefined {
   const header = request.headers['last-event-id'];
   const given = typeof header === 'string' && header !== '' ? header : after;
   if (given === undefined) return undefined;
@@ -21,7 +21,7 @@ export function givenCursor(request: FastifyRequest, after: string | undefined):
     throw new ApiError(
       400,
       'invalid_cursor',
-      `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>" as sent in an event id`,
+      `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>.<tag>" as sent in an event id`,
     );
   }
   return c;

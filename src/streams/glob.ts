@@ -76,14 +76,14 @@ export class GlobSelection implements Selection {
   }
 
   onReset(mark: Cursor): { chunk: string; end: boolean } {
-    return { chunk: resetFrame(mark), end: false };
+    return { chunk: resetFrame(mark, this.opts.tailer.history.tag), end: false };
   }
 
   async readPage(after: Cursor, limit: number, chunkBytes: number): Promise<FramesRead> {
     const upTo = this.opts.tailer.position;
     if (compareCursors(after, upTo) >= 0) return { chunks: [], count: 0, position: after, more: false };
     const { events, trimMark } = await this.opts.reads.range(upTo, (db) =>
-      readAllNamesRange(db, after, upTo, limit),
+      readAllNamesRange(db, after, upTo, limit, this.opts.tailer.history.suffix),
     );
     if (compareCursors(after, trimMark) < 0) {
       return { chunks: [], count: 0, position: trimMark, more: true, reset: trimMark };

@@ -16,6 +16,7 @@ import { oneOrBatchRoute } from '../http/one-or-batch.ts';
 import { type Cursor, START, compareCursors, formatCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type EventBody, type FeedEvent, eventJson, toEventInput } from '../feed/event.ts';
+import { resetJson } from '../feed/frames.ts';
 import {
   multiReadQuery,
   publishBody,
@@ -116,8 +117,8 @@ async function readStreams(
       'stream globs (`*`) are served over SSE only (Accept: text/event-stream)',
     );
   }
-  const given = givenCursor(request, query.after);
   const sse = wantsSse(request);
+  const given = givenCursor(request, query.after);
   // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
   // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets
   // its `reset` from the read below, like everywhere else).
@@ -130,7 +131,7 @@ async function readStreams(
     etag !== undefined &&
     matches(request, etag) &&
     given !== undefined &&
-    !(await feed.tailer.isBelowTrimMark(given))
+    compareCursors(given, await feed.tailer.trimMark()) >= 0
   ) {
     markImmutable(reply, etag, shared, config.retentionMs);
     return reply.code(304).send();
@@ -157,7 +158,7 @@ function sseRead(
   const { streams, names, globs, start } = read;
   const stream = openSseStream(request, reply, {
     retryMs: config.sseRetryMs,
-    first: primerFrame(formatCursor(start)),
+    first: primerFrame(formatCursor(start, feed.history.tag)),
     room: { hub: feed.hub, max: config.maxSseConnections },
     maxPerToken: config.maxSsePerToken,
   });
@@ -190,16 +191,16 @@ interface JsonRead {
 async function jsonRead(deps: StreamDeps, reply: FastifyReply, read: JsonRead): Promise<string> {
   const { query, start, cache } = read;
   const { events, reset, waited } = await pollPage(deps.feed, reply, read);
-  const next = events.length > 0 ? events[events.length - 1].cursor : formatCursor(reset ?? start);
+  const tag = deps.feed.history.tag;
+  const next = events.length > 0 ? events[events.length - 1].cursor : formatCursor(reset ?? start, tag);
   reply.type('application/json');
   if (cache.etag !== undefined && !waited && reset === undefined && events.length === query.limit) {
     markImmutable(reply, cache.etag, cache.shared, deps.config.retentionMs);
   } else {
     markUncacheable(reply);
   }
-  const resetJson =
-    reset === undefined ? '' : `,"reset":{"reason":"trimmed","resumeFrom":"${formatCursor(reset)}"}`;
-  return `{"events":[${events.map(eventJson).join(',')}],"next":"${next}"${resetJson}}`;
+  const said = reset === undefined ? '' : `,"reset":${resetJson('trimmed', reset, tag)}`;
+  return `{"events":[${events.map(eventJson).join(',')}],"next":"${next}"${said}}`;
 }
 
 /**

@@ -119,6 +119,8 @@ export async function runOps(
   const results = await deps.db.transaction().execute((trx) => runInTransaction(trx, ops));
   // Our own commit: read now rather than wait for the NOTIFY to come back.
   deps.feed.tailer.wake();
+  // Cursors carry the feed's tag, as the batcher's results do (src/feed/history.ts).
+  deps.feed.history.tagged(results.flatMap((r) => ('publish' in r ? [r.publish] : [])));
   return results;
 }
 

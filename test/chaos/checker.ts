@@ -38,7 +38,7 @@ import { fileURLToPath } from 'node:url';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { isPrimer, parseSse, splitEventId, textChunks } from '../../src/client/sse.ts';
-import { compareCursors, parseCursor } from '../../src/feed/cursor.ts';
+import { compareCursors, formatCursor, parseCursor } from '../../src/feed/cursor.ts';
 import type { EventInput } from '../../src/feed/event.ts';
 import { MARKER_STREAM } from '../../src/feed/marker.ts';
 import { appendEvents } from '../../src/feed/queries/append.ts';
@@ -192,7 +192,15 @@ interface Ledger {
   retries: number;
 }
 
-function record(ledger: Ledger, key: string, stream: string, outcome: Outcome, id?: string): void {
+/** A cursor without the feed's tag: the service's answers carry it, the SQL functions' do not, and the
+ * truth is read from the table; positions are what is compared. */
+function position(cursor: string): string {
+  const c = parseCursor(cursor);
+  return c === undefined ? cursor : formatCursor(c);
+}
+
+function record(ledger: Ledger, key: string, stream: string, outcome: Outcome, tagged?: string): void {
+  const id = tagged === undefined ? undefined : position(tagged);
   const prev = ledger.keys.get(key);
   if (prev?.id !== undefined && id !== undefined && prev.id !== id)
     ledger.idMismatch.push(`${key}: ${prev.id} vs ${id}`);
@@ -404,7 +412,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
                 // The primed id: where a live reader's expectations begin.
                 if (isPrimer(m) && rd.cursor === undefined) {
                   rd.cursor = m.id;
-                  if (rd.startAfter === undefined) rd.startAfter = m.id;
+                  if (rd.startAfter === undefined && m.id !== undefined) rd.startAfter = position(m.id);
                 }
                 continue;
               }
@@ -417,7 +425,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
               } catch {
                 // kept as '?': reported as a divergence
               }
-              rd.received.push({ id, key });
+              rd.received.push({ id: position(id), key });
               rd.cursor = id;
             }
           }

@@ -18,12 +18,17 @@ const ALL_NAMES_RANGE_SQL = markedPageSql(`
     limit $5`);
 
 /** Events of every named stream in (after, upTo], at most `limit`, with the trim mark and the horizon. */
-export function readAllNamesRange(db: Db, after: Cursor, upTo: Cursor, limit: number): Promise<MarkedPage> {
-  return readMarkedPage(db, ALL_NAMES_RANGE_SQL, [
-    String(after.txid),
-    after.id,
-    String(upTo.txid),
-    upTo.id,
-    limit,
-  ]);
+export function readAllNamesRange(
+  db: Db,
+  after: Cursor,
+  upTo: Cursor,
+  limit: number,
+  suffix = '',
+): Promise<MarkedPage> {
+  return readMarkedPage(
+    db,
+    ALL_NAMES_RANGE_SQL,
+    [String(after.txid), after.id, String(upTo.txid), upTo.id, limit],
+    suffix,
+  );
 }

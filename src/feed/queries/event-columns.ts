@@ -15,8 +15,9 @@ import {
 /** A row of a page of events: the event's fields, its position as text, `ms` its created_at. */
 export type Row = EventFields & { txid: string; id: string; ms: number };
 
-export function toEvent(r: Row): FeedEvent {
-  return feedEvent(r.txid, r.id, r, r.ms);
+/** The event of a row; `suffix`: the feed's tag as its cursors end (history.ts). */
+export function toEvent(r: Row, suffix = ''): FeedEvent {
+  return feedEvent(r.txid, r.id, r, r.ms, suffix);
 }
 
 /** A feed row `f` as the tail and catch-up reads select it (see Row). */

@@ -43,15 +43,21 @@ export function markedPageSql(page: string): string {
   order by p.txid, p.id`);
 }
 
-/** Runs a markedPageSql statement: its events, in feed order, the trim mark and the horizon. */
-export async function readMarkedPage(db: Db, text: string, params: unknown[]): Promise<MarkedPage> {
+/** Runs a markedPageSql statement: its events, in feed order, the trim mark and the horizon.
+ * `suffix`: the feed's tag as the events' cursors end (history.ts). */
+export async function readMarkedPage(
+  db: Db,
+  text: string,
+  params: unknown[],
+  suffix = '',
+): Promise<MarkedPage> {
   const { rows } = await db.executeQuery<Row & { mark_txid: string; mark_id: string; xmin: string }>(
     CompiledQuery.raw(text, params),
   );
   const first = rows[0];
   if (first === undefined) return { events: [], trimMark: START, horizon: 0 };
   return {
-    events: first.txid === null ? [] : rows.map(toEvent),
+    events: first.txid === null ? [] : rows.map((r) => toEvent(r, suffix)),
     trimMark: trimMarkOf(first),
     horizon: Number(first.xmin),
   };

@@ -6,7 +6,7 @@ import { CompiledQuery } from 'kysely';
 import type { Db } from '../../db/database.ts';
 import { prepared } from '../../db/prepared.ts';
 import type { Cursor } from '../cursor.ts';
-import { NAMED_SSE_FRAME_SQL, SSE_FRAME_SQL, lastFrameCursor } from '../frames.ts';
+import { lastFrameCursor, namedSseFrameSql, sseFrameSql } from '../frames.ts';
 import { SNAPSHOT_XMIN, trimMarkOf } from './marked-page.ts';
 import { rangeArgs, rangePage } from './read-range.ts';
 
@@ -19,7 +19,7 @@ function rangeFramesSql(streams: 'one' | 'any'): string {
          count(*)::int as fetched,
          count(*) filter (where octet_length(q.frame) > $7)::int as big,
          coalesce(string_agg(q.frame, '') filter (where octet_length(q.frame) <= $7), '') as frames
-  from (${rangePage(`${streams === 'one' ? SSE_FRAME_SQL : NAMED_SSE_FRAME_SQL} as frame`, streams)}) q`);
+  from (${rangePage(`${streams === 'one' ? sseFrameSql('$8') : namedSseFrameSql('$8')} as frame`, streams)}) q`);
 }
 const RANGE_FRAMES_ONE_SQL = rangeFramesSql('one');
 const RANGE_FRAMES_ANY_SQL = rangeFramesSql('any');
@@ -40,7 +40,8 @@ export interface FramesPage {
 
 /**
  * The events of `streams` in (after, upTo] as SSE frames. A page holds at most `limit` frames of at
- * most `maxFrameBytes` each, so the string stays bounded however large events are.
+ * most `maxFrameBytes` each, so the string stays bounded however large events are. `suffix`: the
+ * feed's tag as the frames' ids end (history.ts).
  */
 export async function readRangeFrames(
   db: Db,
@@ -49,6 +50,7 @@ export async function readRangeFrames(
   upTo: Cursor,
   limit: number,
   maxFrameBytes: number,
+  suffix = '',
 ): Promise<FramesPage> {
   const text = streams.length === 1 ? RANGE_FRAMES_ONE_SQL : RANGE_FRAMES_ANY_SQL;
   const { rows } = await db.executeQuery<{
@@ -58,7 +60,7 @@ export async function readRangeFrames(
     big: number;
     frames: string;
     xmin: string;
-  }>(CompiledQuery.raw(text, [...rangeArgs(streams, after, upTo, limit), maxFrameBytes]));
+  }>(CompiledQuery.raw(text, [...rangeArgs(streams, after, upTo, limit), maxFrameBytes, suffix]));
   const r = rows[0];
   const trimMark = trimMarkOf(r);
   const more = r.fetched === limit;

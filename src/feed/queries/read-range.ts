@@ -49,8 +49,9 @@ export async function readRange(
   after: Cursor,
   upTo: Cursor,
   limit: number,
+  suffix = '',
 ): Promise<MarkedPage> {
   if (compareCursors(after, upTo) >= 0) return { events: [], trimMark: START, horizon: Infinity };
   const text = streams.length === 1 ? RANGE_ONE_SQL : RANGE_ANY_SQL;
-  return readMarkedPage(db, text, rangeArgs(streams, after, upTo, limit));
+  return readMarkedPage(db, text, rangeArgs(streams, after, upTo, limit), suffix);
 }

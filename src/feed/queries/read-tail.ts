@@ -115,6 +115,7 @@ function floorParams(floor: TailFloor | undefined): [string, string] {
  * `own`: this process's recent commits (see own-writes.ts). The page leaves their rows out; it
  * says which transactions it left out (`skipped`) so that the tailer puts in those events, and
  * only those, up to the tail the page establishes. `floor`: see TailFloor (none: every partition).
+ * `suffix`: the feed's tag as the events' cursors end (history.ts).
  */
 export async function readTail(
   db: Db,
@@ -122,6 +123,7 @@ export async function readTail(
   limit: number,
   own?: OwnWrites,
   floor?: TailFloor,
+  suffix = '',
 ): Promise<TailPage> {
   const skipped = own?.txids() ?? [];
   const { rows } = await db.executeQuery<
@@ -139,7 +141,7 @@ export async function readTail(
     clockMs: first.clock,
     waiting: first.waiting,
     trimMark: trimMarkOf(first),
-    events: first.txid === null ? [] : rows.map(toEvent),
+    events: first.txid === null ? [] : rows.map((r) => toEvent(r, suffix)),
     skipped,
   };
 }

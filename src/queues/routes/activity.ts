@@ -36,7 +36,7 @@ async function watch(deps: QueueRouteDeps, request: FastifyRequest<WatchReq>, re
     start ?? (request.query.from === 'earliest' ? START : await safePosition(feed, config.startWaitMs));
   const stream = openSseStream(request, reply, {
     retryMs: config.sseRetryMs,
-    first: primerFrame(formatCursor(from)),
+    first: primerFrame(formatCursor(from, feed.history.tag)),
     room: { hub: feed.hub, max: config.maxSseConnections },
     maxPerToken: config.maxSsePerToken,
   });
