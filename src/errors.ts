@@ -4,13 +4,15 @@
  * the engine and the features never import HTTP code to say "no".
  */
 
-/** A refusal with the status and the stable `code` the API answers it with. */
+/** A refusal with the status and the stable `code` the API answers it with; `details`: more
+ * properties of the answer's body, beside the code and the message (what to do next). */
 export class ApiError extends Error {
   constructor(
     readonly statusCode: number,
     readonly code: string,
     message: string,
     readonly headers: Record<string, string> = {},
+    readonly details: Record<string, string> = {},
   ) {
     super(message);
   }

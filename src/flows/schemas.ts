@@ -5,6 +5,7 @@
 import { TYPE_PATTERN } from '../feed/validate.ts';
 import { NAME_PATTERN } from '../feed/names.ts';
 import { errorSchema } from '../http/errors.ts';
+import { cursorNotInFeedSchema } from '../http/read-position.ts';
 import { jobInput } from '../queues/schemas.ts';
 import type { Backoff } from '../queues/validate.ts';
 import { CURSOR_PATTERN } from '../feed/cursor.ts';
@@ -90,6 +91,8 @@ export const streamSubscriptionResponse = {
   200: streamSubscription,
   201: streamSubscription,
   ...errors,
+  // subscription_exists, or cursor_not_in_feed: `from` is a cursor of another history (with resumeFrom).
+  409: cursorNotInFeedSchema,
 } as const;
 export const streamSubscriptionListResponse = {
   200: { type: 'object', properties: { subscriptions: { type: 'array', items: streamSubscription } } },

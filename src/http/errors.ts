@@ -76,7 +76,9 @@ export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (err instanceof ApiError) {
       reply.headers(err.headers);
-      return reply.code(err.statusCode).send(errorBody(err.statusCode, err.code, err.message));
+      return reply
+        .code(err.statusCode)
+        .send({ ...errorBody(err.statusCode, err.code, err.message), ...err.details });
     }
     if (err.validation) {
       return reply.code(400).send(errorBody(400, validationCode(err), validationMessage(err)));

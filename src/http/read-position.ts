@@ -1,12 +1,15 @@
 /**
  * Where a read starts, as every route that reads the feed takes it: the cursor a request names
- * (givenCursor) and, when it names none and wants `latest`, a position after every write
- * acknowledged so far (safePosition).
+ * (givenCursor), checked against this feed's history (placeCursor: a cursor from another history
+ * is told so, never silently stalled), and, when it names none and wants `latest`, a position after
+ * every write acknowledged so far (safePosition).
  */
 import type { FastifyRequest } from 'fastify';
 import { ApiError, unavailable } from '../errors.ts';
-import { type Cursor, type GivenCursor, parseCursor } from '../feed/cursor.ts';
+import { type Cursor, type GivenCursor, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
+import type { NotInFeed } from '../feed/history.ts';
+import { errorSchema } from './errors.ts';
 
 /**
  * The cursor a request names: its Last-Event-ID header (what EventSource sends on reconnect), else
@@ -43,3 +46,56 @@ export async function safePosition(feed: Feed, waitMs: number): Promise<Cursor> 
   }
   return p;
 }
+
+/** A cursor that is not a position of this feed, and where its reader goes on. */
+export interface NotInFeedCursor {
+  given: GivenCursor;
+  reason: NotInFeed;
+  resumeFrom: Cursor;
+}
+
+/**
+ * Checks a request's cursor against this feed's history (src/feed/history.ts): undefined when it may
+ * be a position here, else why not and where to go on: the trim mark (everything retention holds; in
+ * a restored or recreated feed, events the client has not seen in this history).
+ */
+export async function placeCursor(feed: Feed, given: GivenCursor): Promise<NotInFeedCursor | undefined> {
+  const reason = await feed.history.check(given);
+  if (reason === undefined) return undefined;
+  return { given, reason, resumeFrom: await feed.tailer.trimMark() };
+}
+
+const EXPLAIN: Record<NotInFeed, string> = {
+  foreign: 'was minted by another feed (another database or server, or this one before it was recreated)',
+  ahead:
+    'is past everything this feed has committed (the database was restored or recreated, or the cursor comes from another server)',
+};
+
+/**
+ * The answer to a read (or a cursor input) whose cursor is not in this feed: 409
+ * `cursor_not_in_feed` with `reason` and `resumeFrom`, the cursor to go on from. A JSON read has no
+ * in-band place to say it (an SSE read gets a `reset` event instead).
+ */
+export function cursorNotInFeed(feed: Feed, not: NotInFeedCursor): ApiError {
+  const { given } = not;
+  const tag = feed.history.tag;
+  const resumeFrom = formatCursor(not.resumeFrom, tag);
+  return new ApiError(
+    409,
+    'cursor_not_in_feed',
+    `cursor ${formatCursor(given, given.tag)} ${EXPLAIN[not.reason]}: nothing would ever follow it here. ` +
+      `Events you have seen may not exist in this feed; start again from resumeFrom (${resumeFrom}).`,
+    {},
+    { reason: not.reason, resumeFrom },
+  );
+}
+
+/** The 409 answer's schema (cursorNotInFeed). */
+export const cursorNotInFeedSchema = {
+  ...errorSchema,
+  properties: {
+    ...errorSchema.properties,
+    reason: { type: 'string', enum: ['ahead', 'foreign'], description: 'why the cursor is not in this feed' },
+    resumeFrom: { type: 'string', description: 'the cursor to go on from' },
+  },
+} as const;

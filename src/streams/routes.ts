@@ -26,7 +26,7 @@ import {
   streamReadQuery,
 } from './schemas.ts';
 import { cacheableRequest, markImmutable, markUncacheable, matches, pageEtag } from '../http/page-cache.ts';
-import { givenCursor, safePosition } from '../http/read-position.ts';
+import { cursorNotInFeed, givenCursor, placeCursor, safePosition } from '../http/read-position.ts';
 import { openSseStream, primerFrame } from '../http/sse.ts';
 
 interface ReadQuery {
@@ -118,7 +118,10 @@ async function readStreams(
     );
   }
   const sse = wantsSse(request);
+  // A cursor from another history: JSON answers 409 naming where to go on.
   const given = givenCursor(request, query.after);
+  const notInFeed = given === undefined || sse ? undefined : await placeCursor(feed, given);
+  if (notInFeed !== undefined) throw cursorNotInFeed(feed, notInFeed);
   // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
   // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets
   // its `reset` from the read below, like everywhere else).

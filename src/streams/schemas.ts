@@ -3,6 +3,7 @@ import { EVENT_BODY_SCHEMA, EVENT_JSON_SCHEMA } from '../feed/event.ts';
 import { NAME_PATTERN } from '../feed/names.ts';
 import { CURSOR_PATTERN } from '../feed/cursor.ts';
 import { errorSchema } from '../http/errors.ts';
+import { cursorNotInFeedSchema } from '../http/read-position.ts';
 import { GLOB_PATTERN } from './glob.ts';
 import { MAX_BATCH, batchOf } from '../http/validation.ts';
 
@@ -94,6 +95,11 @@ export const readResponse = {
     type: 'null',
   },
   400: errorSchema,
+  409: {
+    ...cursorNotInFeedSchema,
+    description:
+      'cursor_not_in_feed (JSON reads): the cursor is from another history; `resumeFrom` says where to go on (docs/streams.md#cursors-from-another-history). SSE reads get an in-band `reset` instead',
+  },
   503: errorSchema,
 } as const;
 
