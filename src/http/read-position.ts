@@ -9,7 +9,9 @@ import { ApiError, unavailable } from '../errors.ts';
 import { type Cursor, type GivenCursor, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { NotInFeed } from '../feed/history.ts';
+import { resetFrame } from '../feed/frames.ts';
 import { errorSchema } from './errors.ts';
+import { primerFrame } from './sse.ts';
 
 /**
  * The cursor a request names: its Last-Event-ID header (what EventSource sends on reconnect), else
@@ -63,6 +65,16 @@ export async function placeCursor(feed: Feed, given: GivenCursor): Promise<NotIn
   const reason = await feed.history.check(given);
   if (reason === undefined) return undefined;
   return { given, reason, resumeFrom: await feed.tailer.trimMark() };
+}
+
+/**
+ * How an SSE stream opens for a cursor not in this feed: primed with the cursor as given (a client
+ * that drops before reading on asks again, and is told again), then the `reset` that moves its
+ * Last-Event-ID to `resumeFrom`, before any event.
+ */
+export function notInFeedOpening(feed: Feed, not: NotInFeedCursor): string {
+  const tag = feed.history.tag;
+  return primerFrame(formatCursor(not.given, not.given.tag)) + resetFrame(not.resumeFrom, tag, not.reason);
 }
 
 const EXPLAIN: Record<NotInFeed, string> = {

@@ -26,7 +26,14 @@ import {
   streamReadQuery,
 } from './schemas.ts';
 import { cacheableRequest, markImmutable, markUncacheable, matches, pageEtag } from '../http/page-cache.ts';
-import { cursorNotInFeed, givenCursor, placeCursor, safePosition } from '../http/read-position.ts';
+import {
+  type NotInFeedCursor,
+  cursorNotInFeed,
+  givenCursor,
+  notInFeedOpening,
+  placeCursor,
+  safePosition,
+} from '../http/read-position.ts';
 import { openSseStream, primerFrame } from '../http/sse.ts';
 
 interface ReadQuery {
@@ -118,10 +125,11 @@ async function readStreams(
     );
   }
   const sse = wantsSse(request);
-  // A cursor from another history: JSON answers 409 naming where to go on.
+  // A cursor from another history: JSON answers 409 naming where to go on; SSE says `reset` in-band
+  // and goes on from there (EventSource gives up on any answer but 200).
   const given = givenCursor(request, query.after);
-  const notInFeed = given === undefined || sse ? undefined : await placeCursor(feed, given);
-  if (notInFeed !== undefined) throw cursorNotInFeed(feed, notInFeed);
+  const notInFeed = given === undefined ? undefined : await placeCursor(feed, given);
+  if (notInFeed !== undefined && !sse) throw cursorNotInFeed(feed, notInFeed);
   // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
   // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets
   // its `reset` from the read below, like everywhere else).
@@ -145,8 +153,8 @@ async function readStreams(
     sse && (given !== undefined || query.from === 'earliest')
       ? undefined
       : await safePosition(feed, config.startWaitMs);
-  const start = given ?? (query.from === 'earliest' ? START : reach!);
-  if (sse) return sseRead(deps, request, reply, { streams, names, globs, start });
+  const start = notInFeed?.resumeFrom ?? given ?? (query.from === 'earliest' ? START : reach!);
+  if (sse) return sseRead(deps, request, reply, { streams, names, globs, start, notInFeed });
   return jsonRead(deps, reply, { streams, query, start, reach, cache: { etag, shared } });
 }
 
@@ -155,13 +163,16 @@ function sseRead(
   deps: StreamDeps,
   request: FastifyRequest,
   reply: FastifyReply,
-  read: { streams: string[]; names: string[]; globs: string[]; start: Cursor },
+  read: { streams: string[]; names: string[]; globs: string[]; start: Cursor; notInFeed?: NotInFeedCursor },
 ): FastifyReply {
   const { feed, config } = deps;
-  const { streams, names, globs, start } = read;
+  const { streams, names, globs, start, notInFeed } = read;
+  const tag = feed.history.tag;
   const stream = openSseStream(request, reply, {
     retryMs: config.sseRetryMs,
-    first: primerFrame(formatCursor(start, feed.history.tag)),
+    // The connect point primes the id; a cursor not in this feed gets its `reset` there instead.
+    first:
+      notInFeed === undefined ? primerFrame(formatCursor(start, tag)) : notInFeedOpening(feed, notInFeed),
     room: { hub: feed.hub, max: config.maxSseConnections },
     maxPerToken: config.maxSsePerToken,
   });

@@ -2,7 +2,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorizeQueueRead } from '../../auth/policy.ts';
 import { START, formatCursor } from '../../feed/cursor.ts';
-import { givenCursor, safePosition } from '../../http/read-position.ts';
+import { givenCursor, notInFeedOpening, placeCursor, safePosition } from '../../http/read-position.ts';
 import { openSseStream, primerFrame } from '../../http/sse.ts';
 import { queueParams } from '../schemas.ts';
 import { watchQuery, watchResponse } from '../schemas/activity.ts';
@@ -32,11 +32,16 @@ async function watch(deps: QueueRouteDeps, request: FastifyRequest<WatchReq>, re
   // Watching a queue: like its stats (enqueue, work or admin), whatever the cursor.
   authorizeQueueRead(request, request.params.queue);
   const start = givenCursor(request, request.query.after);
+  // A cursor from another history: an in-band `reset`, then on from where it names.
+  const notInFeed = start === undefined ? undefined : await placeCursor(feed, start);
   const from =
-    start ?? (request.query.from === 'earliest' ? START : await safePosition(feed, config.startWaitMs));
+    notInFeed?.resumeFrom ??
+    start ??
+    (request.query.from === 'earliest' ? START : await safePosition(feed, config.startWaitMs));
+  const tag = feed.history.tag;
   const stream = openSseStream(request, reply, {
     retryMs: config.sseRetryMs,
-    first: primerFrame(formatCursor(from, feed.history.tag)),
+    first: notInFeed === undefined ? primerFrame(formatCursor(from, tag)) : notInFeedOpening(feed, notInFeed),
     room: { hub: feed.hub, max: config.maxSseConnections },
     maxPerToken: config.maxSsePerToken,
   });
