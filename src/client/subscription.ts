@@ -3,9 +3,10 @@
  * resumes by itself. After *any* failure — a dropped connection, a server restart, a non-200 answer,
  * the server's `event: unavailable`, no bytes within the idle timeout — it reconnects with exponential
  * backoff and `Last-Event-ID` set to the last id it saw, including the id the server primes at
- * connect. Nothing is lost or repeated. An `event: reset` (the cursor fell behind retention) moves
- * the cursor to the server's `resumeFrom` and tells `onReset`: native `EventSource` cannot follow
- * either of those.
+ * connect. Nothing is lost or repeated. An `event: reset` (the cursor fell behind retention, or is
+ * not in the feed's history) moves the cursor to the server's `resumeFrom` and tells `onReset`:
+ * native `EventSource` cannot follow either of those. Cursors are passed through as the server wrote
+ * them (tagged with the feed: `<txid>-<id>.<tag>`).
  */
 import { type BackoffOptions, backoffDelay, sleep } from './backoff.ts';
 import { CommitfeedError, errorFrom, networkError } from './errors.ts';
@@ -24,6 +25,8 @@ export interface StreamEvent<T = unknown> {
 }
 
 export interface ResetInfo {
+  /** `trimmed` (retention passed the cursor), `ahead` or `foreign` (the cursor is not in this feed's
+   * history: docs/streams.md#cursors-from-another-history). */
   reason: string;
   /** The cursor the `Subscription` continues from. */
   resumeFrom: string;

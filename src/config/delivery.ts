@@ -3,7 +3,7 @@
  * commit, the tailer's window and reads, the SSE streams' timing, and the self-check that proves
  * delivery end to end.
  */
-import { MAX_SETTING_MS, duration, int, type Setting } from './settings.ts';
+import { MAX_SETTING_MS, duration, int, type Setting, setting } from './settings.ts';
 
 export const DELIVERY_SETTINGS = {
   maxBodyBytes: int(
@@ -78,6 +78,16 @@ export const DELIVERY_SETTINGS = {
     0,
     'Longest wait for a safe start position (a subscriber starting at `latest`, a JSON read after a publish) while an open transaction holds committed events behind the horizon; then 503 with Retry-After.',
     { max: MAX_SETTING_MS },
+  ),
+  unknownCursorResume: setting(
+    'UNKNOWN_CURSOR_RESUME',
+    'earliest',
+    'Where a reader goes on when its cursor is not a position of this feed (from another database or server, or past everything committed: the database was restored or recreated): `earliest`, every event retention holds (in a restored or recreated feed these are events the client has not seen in this history), or `latest`, only what commits from now on (for clients that want live events only). SSE gets an in-band `reset` and goes on from there; JSON reads get 409 cursor_not_in_feed naming the position (docs/streams.md#cursors-from-another-history).',
+    undefined,
+    (raw): 'earliest' | 'latest' => {
+      if (raw === 'earliest' || raw === 'latest') return raw;
+      throw new Error(`UNKNOWN_CURSOR_RESUME must be earliest or latest (got ${JSON.stringify(raw)})`);
+    },
   ),
   heartbeatMs: duration(
     'HEARTBEAT_INTERVAL',

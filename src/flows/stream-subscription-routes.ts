@@ -98,7 +98,7 @@ async function createOne(
   }
   // A cursor from another history would follow nothing, silently: 409 naming where to start instead.
   if (typeof from === 'object') {
-    const notInFeed = await placeCursor(deps.feed, from);
+    const notInFeed = await placeCursor(deps.feed, config, from);
     if (notInFeed !== undefined) throw cursorNotInFeed(deps.feed, notInFeed);
   }
   // The same rules as an enqueue's job options (defaults included).

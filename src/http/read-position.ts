@@ -5,6 +5,7 @@
  * every write acknowledged so far (safePosition).
  */
 import type { FastifyRequest } from 'fastify';
+import type { Config } from '../config/config.ts';
 import { ApiError, unavailable } from '../errors.ts';
 import { type Cursor, type GivenCursor, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
@@ -49,7 +50,7 @@ export async function safePosition(feed: Feed, waitMs: number): Promise<Cursor> 
   return p;
 }
 
-/** A cursor that is not a position of this feed, and where its reader goes on. */
+/** A cursor that is not a position of this feed, and where its reader goes on (UNKNOWN_CURSOR_RESUME). */
 export interface NotInFeedCursor {
   given: GivenCursor;
   reason: NotInFeed;
@@ -58,13 +59,22 @@ export interface NotInFeedCursor {
 
 /**
  * Checks a request's cursor against this feed's history (src/feed/history.ts): undefined when it may
- * be a position here, else why not and where to go on: the trim mark (everything retention holds; in
- * a restored or recreated feed, events the client has not seen in this history).
+ * be a position here, else why not and where to go on: `earliest`, the trim mark (everything
+ * retention holds; in a restored or recreated feed, events the client has not seen in this history),
+ * or `latest`, a position after every acknowledged write.
  */
-export async function placeCursor(feed: Feed, given: GivenCursor): Promise<NotInFeedCursor | undefined> {
+export async function placeCursor(
+  feed: Feed,
+  config: Pick<Config, 'unknownCursorResume' | 'startWaitMs'>,
+  given: GivenCursor,
+): Promise<NotInFeedCursor | undefined> {
   const reason = await feed.history.check(given);
   if (reason === undefined) return undefined;
-  return { given, reason, resumeFrom: await feed.tailer.trimMark() };
+  const resumeFrom =
+    config.unknownCursorResume === 'latest'
+      ? await safePosition(feed, config.startWaitMs)
+      : await feed.tailer.trimMark();
+  return { given, reason, resumeFrom };
 }
 
 /**
@@ -108,6 +118,6 @@ export const cursorNotInFeedSchema = {
   properties: {
     ...errorSchema.properties,
     reason: { type: 'string', enum: ['ahead', 'foreign'], description: 'why the cursor is not in this feed' },
-    resumeFrom: { type: 'string', description: 'the cursor to go on from' },
+    resumeFrom: { type: 'string', description: 'the cursor to go on from (UNKNOWN_CURSOR_RESUME)' },
   },
 } as const;

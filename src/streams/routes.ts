@@ -128,7 +128,7 @@ async function readStreams(
   // A cursor from another history: JSON answers 409 naming where to go on; SSE says `reset` in-band
   // and goes on from there (EventSource gives up on any answer but 200).
   const given = givenCursor(request, query.after);
-  const notInFeed = given === undefined ? undefined : await placeCursor(feed, given);
+  const notInFeed = given === undefined ? undefined : await placeCursor(feed, config, given);
   if (notInFeed !== undefined && !sse) throw cursorNotInFeed(feed, notInFeed);
   // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
   // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets

@@ -32,8 +32,8 @@ async function watch(deps: QueueRouteDeps, request: FastifyRequest<WatchReq>, re
   // Watching a queue: like its stats (enqueue, work or admin), whatever the cursor.
   authorizeQueueRead(request, request.params.queue);
   const start = givenCursor(request, request.query.after);
-  // A cursor from another history: an in-band `reset`, then on from where it names.
-  const notInFeed = start === undefined ? undefined : await placeCursor(feed, start);
+  // A cursor from another history: an in-band `reset`, then on from UNKNOWN_CURSOR_RESUME's position.
+  const notInFeed = start === undefined ? undefined : await placeCursor(feed, config, start);
   const from =
     notInFeed?.resumeFrom ??
     start ??
