@@ -4,6 +4,7 @@
 // with a stream that stays silent forever. Cursors this feed minted, tagged or not, keep working.
 import { sql } from 'kysely';
 import t from 'tap';
+import { CommitfeedClient, type ResetInfo } from '../src/client/index.ts';
 import { formatCursor, parseCursor } from '../src/feed/cursor.ts';
 import {
   CURSOR_TEXT,
@@ -227,6 +228,34 @@ t.test('a database restored from a backup (same epoch, shorter history): ahead',
   // A cursor the restored history still holds is fine.
   t.equal((await getJson(`${server.url}/v1/streams/s/events?after=${ids[1]}`)).status, 200);
 });
+
+t.test(
+  'the TypeScript client: told through onReset, then on with tagged cursors passed through',
+  async (t) => {
+    const dbUrl = await testDatabase(t);
+    const server = await startTestServer(t, dbUrl);
+    const tag = await feedTag(sqlClient(t, dbUrl));
+    const ids = await publishN(server.url, 's', 2);
+    const resets: ResetInfo[] = [];
+    const sub = new CommitfeedClient(server.url).subscribe('s', {
+      after: FAR,
+      onReset: (i) => resets.push(i),
+    });
+    t.teardown(() => sub.close());
+    const got: string[] = [];
+    for await (const e of sub) {
+      got.push(e.id);
+      if (got.length === 2) break;
+    }
+    t.same(
+      resets,
+      [{ reason: 'ahead', resumeFrom: `0-0.${tag}`, lastId: FAR }],
+      'the reset, with its reason',
+    );
+    t.same(got, ids, 'then every retained event, ids as the server wrote them');
+    t.equal(sub.lastId, ids[1], 'the cursor it resumes from is tagged');
+  },
+);
 
 t.test('UNKNOWN_CURSOR_RESUME=latest: only what commits from now on', async (t) => {
   const dbUrl = await testDatabase(t);
