@@ -22,7 +22,7 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import { Loop } from './loop.ts';
-import { followStep, listStreamSubscriptions } from './stream-subscriptions.ts';
+import { followStep, listStreamSubscriptions, streamsPattern } from './stream-subscriptions.ts';
 
 export interface FollowerOptions {
   db: Kysely<Database>;
@@ -43,6 +43,8 @@ export class Follower {
   private unwatch: (() => void) | undefined;
   /** Streams of active stream subscriptions (as of the last pass): events of others do not wake us. */
   private streams = new Set<string>();
+  /** The patterns of those over several streams (names and globs). */
+  private patterns: RegExp[] = [];
   /** Something happened since the current pass began: run another at once. */
   private dirty = false;
 
@@ -66,7 +68,7 @@ export class Follower {
     if (this.loop.running) return;
     this.unwatch = this.opts.feed.watch((events) => {
       for (const e of events) {
-        if (this.streams.has(e.stream)) {
+        if (this.streams.has(e.stream) || this.patterns.some((p) => p.test(e.stream))) {
           this.wake();
           return;
         }
@@ -92,7 +94,8 @@ export class Follower {
    */
   async pass(): Promise<number> {
     const active = await listStreamSubscriptions(this.opts.db, null, true);
-    this.streams = new Set(active.map((s) => s.stream));
+    this.streams = new Set(active.filter((s) => s.streams === null).map((s) => s.stream));
+    this.patterns = active.flatMap((s) => (s.streams ? [new RegExp(streamsPattern(s.streams))] : []));
     let jobs = 0;
     for (const s of active) {
       for (;;) {

@@ -25,7 +25,8 @@ export async function recordLostEvents(trx: Db, rows: RawBuilder<unknown>, where
     with lost as (
       select s.name, count(*) as n
       from commitfeed.subscriptions s
-      join (${rows}) p on p.stream = s.stream and (s.type is null or p.type = s.type)
+      join (${rows}) p on (case when s.pattern is null then p.stream = s.stream else p.stream ~ s.pattern end)
+                      and (s.type is null or p.type = s.type) and (s.types is null or p.type = any (s.types))
                       and (p.txid, p.id) > (s.cursor_txid, s.cursor_id)
       group by s.name
     )

@@ -8,6 +8,15 @@ import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { type Cursor, START } from '../feed/cursor.ts';
 import { ApiError } from '../errors.ts';
+import { globRegExp } from '../streams/glob.ts';
+
+/**
+ * The regular expression (JavaScript's and PostgreSQL's alike) of names and globs: a stream matches
+ * when it matches one. Internal streams (a '/' in their names) never match.
+ */
+export function streamsPattern(streams: readonly string[]): string {
+  return streams.map((g) => `(${globRegExp(g).source})`).join('|');
+}
 
 /** What a stream subscription is made with and shows in its status. */
 interface StreamSubscriptionDefinition {
@@ -23,11 +32,23 @@ interface StreamSubscriptionDefinition {
 export interface StreamSubscriptionInput extends StreamSubscriptionDefinition {
   /** Normalised backoff, JSON text (see toJobInput). */
   backoff: string;
+  /**
+   * Several streams instead of `stream`: names and globs (src/streams/glob.ts). The follow step then
+   * pages through the whole feed and keeps the events of matching streams.
+   */
+  streams?: readonly string[];
+  /** Only events of one of these types (besides `type`). */
+  types?: readonly string[];
+  /** Every job in this ordered group: handed out one at a time, in feed order. */
+  group?: string;
   /** Where the cursor starts: a cursor, the feed's start, or `latest` (the current horizon). */
   from: Cursor | 'earliest' | 'latest';
 }
 
 export interface StreamSubscriptionStatus extends StreamSubscriptionDefinition {
+  /** Names and globs of a stream subscription over several streams (null: `stream` alone). */
+  streams: string[] | null;
+  types: string[] | null;
   paused: boolean;
   /** The last event turned into a job (or passed over by the type filter). */
   cursor: string;
@@ -42,6 +63,8 @@ export interface StreamSubscriptionStatus extends StreamSubscriptionDefinition {
 interface Row {
   name: string;
   stream: string;
+  streams: string[] | null;
+  types: string[] | null;
   type: string | null;
   queue: string;
   priority: number;
@@ -55,7 +78,7 @@ interface Row {
   created_at: Date;
 }
 
-const COLUMNS = sql`name, stream, type, queue, priority, max_attempts, paused,
+const COLUMNS = sql`name, stream, streams, types, type, queue, priority, max_attempts, paused,
   cursor_txid::text || '-' || cursor_id::text as cursor, jobs::text as jobs, followed_at,
   lost_events::text as lost_events, last_loss, created_at`;
 
@@ -63,6 +86,8 @@ function toStatus(r: Row): StreamSubscriptionStatus {
   return {
     name: r.name,
     stream: r.stream,
+    streams: r.streams,
+    types: r.types,
     type: r.type,
     queue: r.queue,
     priority: r.priority,
@@ -91,10 +116,14 @@ export async function createStreamSubscription(
   s: StreamSubscriptionInput,
 ): Promise<StreamSubscriptionStatus> {
   const from = s.from === 'earliest' ? START : s.from === 'latest' ? null : s.from;
+  const streams = s.streams ? [...s.streams] : null;
+  const pattern = streams ? streamsPattern(streams) : null;
+  const types = s.types ? [...s.types] : null;
   const { rows } = await sql<Row>`
-    insert into commitfeed.subscriptions (name, stream, type, queue, priority, max_attempts, backoff,
-                                          cursor_txid, cursor_id)
-    select ${s.name}, ${s.stream}, ${s.type}, ${s.queue}, ${s.priority}, ${s.maxAttempts},
+    insert into commitfeed.subscriptions (name, match, stream, streams, pattern, type, types, group_key,
+                                          queue, priority, max_attempts, backoff, cursor_txid, cursor_id)
+    select ${s.name}, ${pattern === null ? 'stream' : 'pattern'}, ${s.stream}, ${streams}::text[], ${pattern},
+           ${s.type}, ${types}::text[], ${s.group ?? null}, ${s.queue}, ${s.priority}, ${s.maxAttempts},
            ${s.backoff}::jsonb,
            coalesce(${from === null ? null : String(from.txid)}::xid8, pg_snapshot_xmin(pg_current_snapshot())),
            coalesce(${from === null ? null : from.id}::int8, 0)
@@ -156,4 +185,16 @@ export async function followStep(
   const { rows } = await sql<{ jobs: number; read: number }>`
     select jobs, read from commitfeed.follow_subscription(${name}, ${page})`.execute(db);
   return rows[0] ?? null;
+}
+
+/**
+ * Moves a stream subscription's cursor (a replay: the events after `to` become jobs again, at the
+ * follower's next step); false when there is no such stream subscription. Waits for a follow step in
+ * progress (the row lock), so the step's own cursor update cannot overwrite this one.
+ */
+export async function moveStreamSubscriptionCursor(db: Db, name: string, to: Cursor): Promise<boolean> {
+  const { numAffectedRows } = await sql`
+    update commitfeed.subscriptions set cursor_txid = ${String(to.txid)}::xid8, cursor_id = ${to.id}::int8
+    where name = ${name}`.execute(db);
+  return Number(numAffectedRows ?? 0) > 0;
 }
