@@ -16,6 +16,7 @@ import { DELIVERY_SETTINGS } from './delivery.ts';
 import { MERCURE_SETTINGS } from './mercure.ts';
 import { RETENTION_SETTINGS } from './retention.ts';
 import { SERVER_SETTINGS } from './server.ts';
+import { WEBHOOK_SETTINGS } from './webhooks.ts';
 import { type Env, type Setting, formatMs } from './settings.ts';
 
 export type { MercureIssuerConfig } from './mercure.ts';
@@ -27,6 +28,7 @@ export const SETTINGS = {
   ...ACCESS_SETTINGS,
   ...RETENTION_SETTINGS,
   ...MERCURE_SETTINGS,
+  ...WEBHOOK_SETTINGS,
 };
 
 /** The service's settings, one field per entry of SETTINGS, typed by what its parse returns. */
