@@ -45,6 +45,9 @@ import type { Scheduler } from './flows/scheduler.ts';
 import { streamListRoutes } from './streams/list.ts';
 import { streamRoutes } from './streams/routes.ts';
 import { txRoutes } from './tx/routes.ts';
+import { webhookMetrics } from './webhooks/metrics.ts';
+import { WEBHOOK_TAG, webhookRoutes } from './webhooks/routes.ts';
+import type { Webhooks } from './webhooks/webhooks.ts';
 
 export interface AppDeps {
   config: Config;
@@ -55,6 +58,8 @@ export interface AppDeps {
   /** Stream subscriptions and cron schedules (their routes are served only with both). */
   follower?: Follower;
   scheduler?: Scheduler;
+  /** Webhook endpoints and their delivery workers (the routes are served only with one). */
+  webhooks?: Webhooks;
   /** The query pool, for /metrics (optional: its gauges are left out without it). */
   pool?: pg.Pool;
   /** The live page's sampler (GET /v1/ops/live is served only with one). */
@@ -100,7 +105,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.removeContentTypeParser('text/plain');
   installErrorHandlers(app);
   // Shutdown answers what is in flight and ends what never ends on its own (long-polls, streams).
-  const { feed, queues, follower, scheduler, pool } = deps;
+  const { feed, queues, follower, scheduler, pool, webhooks } = deps;
   installDrain(app, {
     retryMs: deps.config.sseRetryMs,
     release: () => {
@@ -113,7 +118,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installFiniteNumbers(app);
   await registerAccess(app, deps.config);
   // Before every route: the spec is collected as routes are added.
-  await registerDocs(app, follower && scheduler ? FLOW_TAGS : []);
+  await registerDocs(app, [...(follower && scheduler ? FLOW_TAGS : []), ...(webhooks ? [WEBHOOK_TAG] : [])]);
   uiRoutes(app);
   healthRoutes(app, deps);
   const mercureStats = new MercureStats();
@@ -125,6 +130,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       queueMetrics(deps.db, queues),
       ...(follower ? [followerMetrics(deps.db, follower)] : []),
       ...(scheduler ? [schedulerMetrics(scheduler)] : []),
+      ...(webhooks ? [webhookMetrics(deps.db, webhooks)] : []),
       ...(pool ? [poolMetrics(pool)] : []),
       ...(deps.selfCheck ? [deps.selfCheck] : []),
       mercureStats,
@@ -138,6 +144,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     flowRoutes(app, { ...deps, follower: deps.follower, scheduler: deps.scheduler });
   }
   txRoutes(app, deps);
+  if (webhooks) webhookRoutes(app, { ...deps, webhooks });
   await mercureHub(app, deps, mercureStats);
   return app;
 }

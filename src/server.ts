@@ -1,13 +1,14 @@
 /**
  * startServer: database (embedded or DATABASE_URL) → pools and their checks → migrations → feed →
- * janitor → horizon watch → self-check → queues → flows → sampler → HTTP. The long-lived parts are
- * built and started here, in that order, and handed to the app as dependencies, so every route and
- * /metrics sees the same instances.
+ * janitor → horizon watch → self-check → queues → flows → webhooks → sampler → HTTP. The long-lived
+ * parts are built and started here, in that order, and handed to the app as dependencies, so every
+ * route and /metrics sees the same instances.
  *
  * Each part is added to one list as it starts; close() — and a start that fails half-way — stops the
  * list in reverse: the HTTP app first (its preClose stops accepting, answers long-polls, ends SSE
  * streams with a `retry:` hint and waits for the requests in flight: src/http/drain.ts), then the
- * sampler, the scheduler and the follower (a step in progress finishes), the queue batchers (queued
+ * sampler, the webhook workers (deliveries in flight finish), the scheduler and the follower (a step
+ * in progress finishes), the queue batchers (queued
  * enqueues and acks are written; their wake-ups still reach a running feed), the self-check, the
  * horizon watcher, the janitor, the feed (in-flight publishes finish; tailer and listener stop), the
  * pools and the embedded database.
@@ -35,6 +36,8 @@ import { SelfCheck } from './ops/self-check.ts';
 import { Queues } from './queues/queues.ts';
 import { queueRetention } from './queues/retention.ts';
 import { Janitor, type JanitorOptions } from './retention/janitor.ts';
+import { attemptRetention } from './webhooks/attempts.ts';
+import { Webhooks } from './webhooks/webhooks.ts';
 
 export interface Server {
   app: FastifyInstance;
@@ -44,6 +47,7 @@ export interface Server {
   queues: Queues;
   follower: Follower;
   scheduler: Scheduler;
+  webhooks: Webhooks;
   sampler: Sampler;
   selfCheck: SelfCheck;
   url: string;
@@ -120,12 +124,16 @@ async function startParts(
     running.add('scheduler', () => scheduler.stop());
     scheduler.start();
   }
+  // Webhook delivery workers (WEBHOOKS): every replica may run them; deliveries are the endpoints' jobs.
+  const webhooks = new Webhooks({ db, queues, follower, config, log });
+  running.add('webhooks', () => webhooks.stop());
+  webhooks.start();
   // One sampler per process feeds every open live page (src/ops/sampler.ts).
   const sampler = new Sampler({ db, feed, queues });
   running.add('sampler', () => sampler.stop());
   await sampler.start();
   const { pool } = pools;
-  const deps = { config, db, feed, janitor, queues, follower, scheduler, pool, sampler, selfCheck };
+  const deps = { config, db, feed, janitor, queues, follower, scheduler, webhooks, pool, sampler, selfCheck };
   const app = await buildApp(deps);
   running.add('HTTP', () => app.close());
   const url = await app.listen({ port: config.port, host: config.host });
@@ -150,7 +158,12 @@ async function checkPools(pools: Pools, config: Config): Promise<void> {
 export function buildJanitor(db: Kysely<Database>, config: Config, log: JanitorOptions['log']): Janitor {
   return new Janitor(db, {
     ...config,
-    tasks: [queueRetention(config), scheduleTickRetention(config.retentionMs), mercureTopicRetention],
+    tasks: [
+      queueRetention(config),
+      scheduleTickRetention(config.retentionMs),
+      mercureTopicRetention,
+      attemptRetention(config.retentionMs),
+    ],
     onDrop: recordLostEvents,
     log,
   });

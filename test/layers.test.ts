@@ -25,6 +25,7 @@ const LAYERS: string[][] = [
   ['http'],
   ['streams', 'queues', 'mercure'],
   ['flows', 'tx'],
+  ['webhooks'],
   ['ops'],
   ['app.ts'],
   ['server.ts'],

@@ -70,13 +70,11 @@ export const WEBHOOK_SETTINGS = {
     'Default per-attempt timeout of a delivery (an endpoint may set its own): connecting, sending and the whole response.',
     { max: 300_000 },
   ),
-  webhookAllowAddresses: setting(
-    'WEBHOOK_ALLOW_ADDRESSES',
-    '',
-    'Addresses and CIDR blocks deliveries may connect to although private, loopback or link-local (all such are refused otherwise), comma-separated: 10.1.0.0/16,127.0.0.1.',
-    undefined,
-    (raw) => parseAddressList('WEBHOOK_ALLOW_ADDRESSES', raw),
-  ),
+  webhookAllowAddresses: {
+    name: 'WEBHOOK_ALLOW_ADDRESSES',
+    doc: 'Addresses and CIDR blocks deliveries may connect to although private, loopback or link-local (all such are refused otherwise), comma-separated: 10.1.0.0/16,127.0.0.1.',
+    parse: (raw: string | undefined) => parseAddressList('WEBHOOK_ALLOW_ADDRESSES', raw),
+  },
   webhookDisableAfterMs: duration(
     'WEBHOOK_DISABLE_AFTER',
     '5d',
