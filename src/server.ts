@@ -115,7 +115,8 @@ async function startParts(
   running.add('queues', () => queues.close());
   // Streams and cron schedules feeding queues: every replica may run them (FLOWS).
   const { pageSize, pollIntervalMs } = config;
-  const follower = new Follower({ db, feed, pageSize, pollIntervalMs, log });
+  const onJobs = (queue: string, n: number) => queues.wakeups.committed(queue, n);
+  const follower = new Follower({ db, feed, pageSize, pollIntervalMs, log, onJobs });
   const onEnqueued = () => feed.tailer.wake();
   const scheduler = new Scheduler({ db, lateAfterMs: config.scheduleLateAfterMs, onEnqueued, log });
   if (config.flows) {

@@ -31,6 +31,9 @@ export interface FollowerOptions {
   pageSize: number;
   pollIntervalMs: number;
   log: { warn(obj: object, msg?: string): void };
+  /** After a step made jobs of `queue` committed: wake this process's waiting claims now, rather
+   * than when the tailer reads the queue's wake-up row. */
+  onJobs?(queue: string, jobs: number): void;
 }
 
 /** Longest wait after failed passes (doubling from pollIntervalMs). */
@@ -106,6 +109,7 @@ export class Follower {
         this.stats.steps++;
         this.stats.jobs += step.jobs;
         jobs += step.jobs;
+        if (step.jobs > 0) this.opts.onJobs?.(s.queue, step.jobs);
         if (step.read < this.opts.pageSize) break;
       }
     }
