@@ -2,9 +2,12 @@
  * The webhooks service: endpoints and the delivery workers of this process. An endpoint owns a
  * stream subscription (`webhook:<name>`, over its streams and types: every matching committed event
  * becomes one job, exactly once, whatever crashes) feeding its own queue (`webhook:<name>`, paused
- * while the endpoint is disabled, its concurrency the endpoint's); the workers (worker.ts) claim
- * from those queues, so every replica may deliver and a crashed one's deliveries are retried when
- * their leases run out.
+ * while the endpoint is disabled); the workers (worker.ts) claim from those queues, so every replica
+ * may deliver and a crashed one's deliveries are retried when their leases run out. An ordered
+ * endpoint's jobs are one ordered group (one in flight across replicas); a concurrent endpoint's
+ * concurrency is each worker's own limit on deliveries in flight. The queue gets no concurrency
+ * limit: a limited queue's claims take a lock and its acks write a wake-up row, which cost a
+ * delivery more than the limit is worth here.
  *
  * Lifecycle: created by the server after the follower; `start()` (with WEBHOOKS on) begins a refresh
  * loop that keeps one worker per enabled endpoint (every POLL_INTERVAL, and at once after a change
@@ -21,7 +24,7 @@ import type { Cursor } from '../feed/cursor.ts';
 import type { Follower } from '../flows/follower.ts';
 import { Loop } from '../flows/loop.ts';
 import { createStreamSubscription, deleteStreamSubscription } from '../flows/stream-subscriptions.ts';
-import { setConcurrency, setPaused } from '../queues/admin.ts';
+import { setPaused } from '../queues/admin.ts';
 import type { Queues } from '../queues/queues.ts';
 import { AddressGuard } from './address-guard.ts';
 import { type Attempt, recordAttempts } from './attempts.ts';
@@ -173,7 +176,6 @@ export class Webhooks {
         backoff: BACKOFF,
         from: input.from,
       });
-      await setConcurrency(trx, queue, input.concurrency);
       await setPaused(trx, queue, !input.enabled);
       return e;
     });
@@ -191,7 +193,6 @@ export class Webhooks {
     const e = await inTransaction(this.db, async (trx) => {
       const e = await updateEndpoint(trx, name, { ...patch, disabledReason: reason });
       if (!e) throw notFound(name);
-      if (patch.concurrency !== undefined) await setConcurrency(trx, internalName(name), e.concurrency);
       if (patch.enabled !== undefined) await setPaused(trx, internalName(name), !patch.enabled);
       return e;
     });

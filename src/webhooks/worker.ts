@@ -2,8 +2,8 @@
  * One endpoint's delivery worker in this process: claims deliveries from the endpoint's queue (a
  * lease each), POSTs them signed, and settles each: ack on 2xx, nack with the retry schedule's delay
  * otherwise (out of attempts, the job is dead: a failed delivery, resent over the API). Ordered
- * endpoints have one delivery in flight (their jobs are one ordered group, their queue's concurrency
- * is 1, so a retry holds back every later event); concurrent ones up to their concurrency.
+ * endpoints have one delivery in flight (their jobs are one ordered group: across replicas, and a
+ * retry holds back every later event); concurrent ones up to their concurrency in this process.
  *
  * Lifecycle: started by the Webhooks service for every enabled endpoint, stopped when the endpoint
  * is disabled, changed in a way that needs a new worker, deleted, or the server stops: `stop()`
