@@ -375,3 +375,42 @@ t.test(
     });
   },
 );
+
+t.test('a rate limit spaces deliveries out; failing for WEBHOOK_DISABLE_AFTER disables', async (t) => {
+  const config = webhookConfig({ WEBHOOK_DISABLE_AFTER: '1s', WEBHOOK_RETRY_SCHEDULE: '0,100ms' });
+  const server = await startTestServer(t, await testDatabase(t), config);
+  const rx = new Receiver(t, receiverPort(5));
+  await rx.start();
+  const made = await create(server.url, { name: 'slow', url: rx.url, streams: ['rl'], rateLimit: 5 });
+  await rx.control({ secrets: [made.body.secret] });
+  await publish(server.url, 'rl', events(10));
+  await until(() => rx.deliveredIds().length === 10, 20_000, 'every delivery');
+  const at = rx.deliveries().map((d) => d.at);
+  // A burst of 6 (one second's worth, and the token the worker took before its claim waited), then
+  // 5 a second: the last 4 take at least 800 ms.
+  t.ok(
+    Math.max(...at) - Math.min(...at) >= 800,
+    `10 deliveries at 5/s took ${Math.max(...at) - Math.min(...at)} ms`,
+  );
+
+  await rx.control({ status: 500 });
+  const failing = await create(server.url, { name: 'failing', url: rx.url, streams: ['f'] });
+  await rx.control({ secrets: [failing.body.secret], status: 500 });
+  for (let i = 0; i < 15; i++) {
+    await publish(server.url, 'f', events(1, i));
+    const e = (await api(server.url, 'GET', '/v1/webhooks/failing')).body;
+    if (!e.enabled) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await until(
+    async () => (await api(server.url, 'GET', '/v1/webhooks/failing')).body.enabled === false,
+    10_000,
+    'disabled after failing for a second',
+  );
+  t.match((await api(server.url, 'GET', '/v1/webhooks/failing')).body, {
+    disabledReason: /^every attempt failed since /,
+  });
+  const metrics = await (await fetch(`${server.url}/metrics`)).text();
+  t.match(metrics, /commitfeed_webhook_disabled_total 1/);
+  t.match(metrics, /commitfeed_webhook_enabled\{endpoint="failing"\} 0/);
+});
