@@ -5,7 +5,8 @@
  * the cursor. The cursor and the jobs commit together, so a crash anywhere repeats the step from the
  * old cursor and every event becomes exactly one job; the row lock (SKIP LOCKED) lets any number of
  * replicas run the follower, one of them working a given stream subscription at a time. A pass is one
- * round over every active stream subscription.
+ * round over the active stream subscriptions: when woken by events, over those whose streams had
+ * some; every `pollIntervalMs`, over all (so N idle stream subscriptions cost no step per event).
  *
  * Lifecycle: one per process (when FLOWS is on), started and stopped by the server. It wakes when
  * the tailer reads an event of a followed stream (Feed.watch: the event has committed), when a
@@ -44,10 +45,16 @@ export class Follower {
   readonly stats = { jobs: 0, steps: 0, errors: 0 };
   private readonly loop: Loop;
   private unwatch: (() => void) | undefined;
-  /** Streams of active stream subscriptions (as of the last pass): events of others do not wake us. */
-  private streams = new Set<string>();
-  /** The patterns of those over several streams (names and globs). */
-  private patterns: RegExp[] = [];
+  /** Active stream subscriptions by the streams they follow (as of the last pass): events of other
+   * streams wake nobody. */
+  private byStream = new Map<string, string[]>();
+  /** Those over several streams, with their patterns (names and globs). */
+  private patterns: [string, RegExp][] = [];
+  /** Stream subscriptions whose streams had events since the current pass began. */
+  private touched = new Set<string>();
+  /** The next pass covers every active stream subscription (asked by wake(), or after a failure). */
+  private fullDue = true;
+  private lastFull = 0;
   /** Something happened since the current pass began: run another at once. */
   private dirty = false;
 
@@ -55,11 +62,20 @@ export class Follower {
     this.loop = new Loop({
       pass: async () => {
         this.dirty = false;
-        await this.pass();
+        // A woken pass follows only the stream subscriptions whose streams had events; every
+        // pollIntervalMs a full one follows all (those created or resumed by other replicas, cursors
+        // of pattern subscriptions moving past other streams' events, wake-ups missed).
+        const full = this.fullDue || Date.now() - this.lastFull >= this.opts.pollIntervalMs;
+        const only = full ? null : this.touched;
+        this.touched = new Set();
+        this.fullDue = false;
+        if (full) this.lastFull = Date.now();
+        await this.pass(only);
         return this.dirty ? null : this.opts.pollIntervalMs;
       },
       onError: (err) => {
         this.stats.errors++;
+        this.fullDue = true;
         this.opts.log.warn({ err: err.message }, 'subscription follower pass failed; retrying');
       },
       intervalMs: opts.pollIntervalMs,
@@ -70,18 +86,30 @@ export class Follower {
   start(): void {
     if (this.loop.running) return;
     this.unwatch = this.opts.feed.watch((events) => {
+      let hit = false;
       for (const e of events) {
-        if (this.streams.has(e.stream) || this.patterns.some((p) => p.test(e.stream))) {
-          this.wake();
-          return;
+        for (const name of this.byStream.get(e.stream) ?? []) {
+          this.touched.add(name);
+          hit = true;
         }
+        for (const [name, re] of this.patterns) {
+          if (re.test(e.stream)) {
+            this.touched.add(name);
+            hit = true;
+          }
+        }
+      }
+      if (hit) {
+        this.dirty = true;
+        this.loop.wake();
       }
     });
     this.loop.start();
   }
 
-  /** Runs a pass now (or right after the one in progress). */
+  /** Runs a full pass now (or right after the one in progress). */
   wake(): void {
+    this.fullDue = true;
     this.dirty = true;
     this.loop.wake();
   }
@@ -92,15 +120,21 @@ export class Follower {
   }
 
   /**
-   * One pass over every active stream subscription: each is followed until a step reads less than a page.
-   * Returns the jobs made (tests call it directly on a stopped follower).
+   * One pass over the active stream subscriptions (every one, or those named in `only`): each is
+   * followed until a step reads less than a page. Returns the jobs made (tests call it directly on a
+   * stopped follower).
    */
-  async pass(): Promise<number> {
+  async pass(only: ReadonlySet<string> | null = null): Promise<number> {
     const active = await listStreamSubscriptions(this.opts.db, null, true);
-    this.streams = new Set(active.filter((s) => s.streams === null).map((s) => s.stream));
-    this.patterns = active.flatMap((s) => (s.streams ? [new RegExp(streamsPattern(s.streams))] : []));
+    this.byStream = new Map();
+    this.patterns = [];
+    for (const s of active) {
+      if (s.streams) this.patterns.push([s.name, new RegExp(streamsPattern(s.streams))]);
+      else this.byStream.set(s.stream, [...(this.byStream.get(s.stream) ?? []), s.name]);
+    }
     let jobs = 0;
     for (const s of active) {
+      if (only && !only.has(s.name)) continue;
       for (;;) {
         if (this.loop.stopping) return jobs;
         const step = await followStep(this.opts.db, s.name, this.opts.pageSize);
