@@ -5,6 +5,7 @@
 // every event; refused destinations; secret rotation; resends and replays.
 import { sql } from 'kysely';
 import t from 'tap';
+import { mintToken } from '../src/auth/tokens.ts';
 import { publish, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 import { type Body, api } from './queue-helpers.ts';
 import { Receiver, committed, receiverPort, webhookConfig } from './webhook-helpers.ts';
@@ -413,4 +414,36 @@ t.test('a rate limit spaces deliveries out; failing for WEBHOOK_DISABLE_AFTER di
   const metrics = await (await fetch(`${server.url}/metrics`)).text();
   t.match(metrics, /commitfeed_webhook_disabled_total 1/);
   t.match(metrics, /commitfeed_webhook_enabled\{endpoint="failing"\} 0/);
+});
+
+t.test('the webhook routes are administration', async (t) => {
+  const secret = 'test-secret-0123456789-0123456789-abcdef';
+  const server = await startTestServer(t, await testDatabase(t), { ...webhookConfig(), jwtSecret: secret });
+  const admin = await mintToken({ secret, scopes: { admin: true }, ttl: '1h', subject: 'ops' });
+  const reader = await mintToken({
+    secret,
+    scopes: { subscribe: ['*'], publish: ['*'] },
+    ttl: '1h',
+    subject: 'app',
+  });
+  const call = async (method: string, path: string, token?: string, body?: unknown) =>
+    (
+      await fetch(`${server.url}${path}`, {
+        method,
+        headers: {
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+          ...(body ? { 'content-type': 'application/json' } : {}),
+        },
+        body: body ? JSON.stringify(body) : undefined,
+      })
+    ).status;
+  const body = { name: 'a', url: 'http://example.com/', streams: ['a'] };
+  t.equal(await call('POST', '/v1/webhooks', undefined, body), 401);
+  t.equal(await call('POST', '/v1/webhooks', reader, body), 403);
+  t.equal(await call('GET', '/v1/webhooks', reader), 403);
+  t.equal(await call('POST', '/v1/webhooks', admin, body), 201);
+  t.equal(await call('GET', '/v1/webhooks/a/attempts', reader), 403);
+  t.equal(await call('POST', '/v1/webhooks/a/rotate-secret', reader, {}), 403);
+  t.equal(await call('GET', '/v1/webhooks/a', admin), 200);
+  t.equal(await call('POST', '/v1/webhooks/a/rotate-secret', admin), 200, 'a rotation needs no body');
 });
