@@ -172,7 +172,7 @@ t.test(
     const body = JSON.parse(all[0].body) as Body;
     t.same(Object.keys(body), ['type', 'stream', 'id', 'time', 'data']);
     t.match(body, { type: 'created', stream: 'orders.a', id: want[0], data: { n: 0 } });
-    t.ok(Math.abs(Date.parse(body.time) - Date.now()) < 120_000, 'time is the commit time');
+    t.ok(Math.abs(Date.parse(body.time) - Date.now()) < 120_000, 'time is when the event was written');
 
     // The receiver logs a delivery before it answers; the attempt is recorded after the answer.
     let show: Body;

@@ -1,6 +1,6 @@
 /**
  * A delivery's body, made from its job's payload (commitfeed.follow_payload: the event's stream,
- * type, cursor and commit time, and its data last, as written). The body is
+ * type, cursor and time written, and its data last, as written). The body is
  * `{"type","stream","id","time","data"}` with the data copied byte for byte (never re-serialised, so
  * numbers beyond double precision arrive as published); `id` is the event's cursor, the
  * `webhook-id` of every attempt.
