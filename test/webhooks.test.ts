@@ -5,7 +5,10 @@
 // every event; refused destinations; secret rotation; resends and replays.
 import { sql } from 'kysely';
 import t from 'tap';
+import { Webhook } from 'standardwebhooks';
 import { mintToken } from '../src/auth/tokens.ts';
+import { messageOf } from '../src/webhooks/message.ts';
+import { signatures } from '../src/webhooks/signing.ts';
 import { publish, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 import { type Body, api } from './queue-helpers.ts';
 import { Receiver, committed, receiverPort, webhookConfig } from './webhook-helpers.ts';
@@ -104,6 +107,30 @@ t.test('endpoints over REST: the secret once, bad input refused, refused destina
   t.equal((await api(server.url, 'DELETE', '/v1/webhooks/orders-hook')).status, 204);
   t.equal((await api(server.url, 'GET', '/v1/webhooks/orders-hook')).status, 404);
   t.equal((await api(server.url, 'DELETE', '/v1/webhooks/orders-hook')).status, 404);
+  const subs = (await api(server.url, 'GET', '/v1/subscriptions')).body.subscriptions as Body[];
+  t.same(subs, [], 'its stream subscription went with it');
+});
+
+t.test("the body carries the data as written; signatures are the standard's", async (t) => {
+  // json_build_object's text: a type holding the separator, data last with its own spacing.
+  const payload =
+    '{"subscription" : "webhook:x", "stream" : "s", "type" : "a\\"data\\" : 1", "key" : null, ' +
+    '"cursor" : "7-9", "time" : "2026-12-06T02:13:20.123Z", "data" : {"big" : 12345678901234567890, "s" : "}"}}';
+  const m = messageOf(payload);
+  t.equal(m.id, '7-9');
+  t.equal(
+    m.body,
+    '{"type":"a\\"data\\" : 1","stream":"s","id":"7-9","time":"2026-12-06T02:13:20.123Z",' +
+      '"data":{"big" : 12345678901234567890, "s" : "}"}}',
+  );
+  const secret = `whsec_${Buffer.alloc(32, 3).toString('base64')}`;
+  const ts = Math.floor(Date.now() / 1000);
+  const mine = signatures([secret], m.id, ts, m.body);
+  t.equal(
+    mine,
+    new Webhook(secret).sign(m.id, new Date(ts * 1000), m.body),
+    'as the reference library signs',
+  );
 });
 
 t.test(
