@@ -9,15 +9,21 @@ import { fileURLToPath } from 'node:url';
 import { type Kysely, sql } from 'kysely';
 import { type Config, loadConfig } from '../src/config/config.ts';
 import type { Database } from '../src/db/database.ts';
-import { within } from './helpers.ts';
+import { freePort, within } from './helpers.ts';
 
 const RECEIVER = fileURLToPath(new URL('./fixtures/webhook-receiver.mjs', import.meta.url));
 
 // biome-ignore lint/suspicious/noExplicitAny: tap's Test type is not needed in detail here
 type T = { teardown(fn: () => unknown): void } & Record<string, any>;
 
-/** Receivers' ports: TEST_PG_PORT + 50 + n (each test run has its own TEST_PG_PORT). */
-export const receiverPort = (n: number): number => Number(process.env.TEST_PG_PORT ?? 25339) + 50 + n;
+/**
+ * A receiver's port: TEST_PG_PORT + 50 + n when the run has its own embedded cluster (each such run
+ * has its own TEST_PG_PORT); a free port otherwise (a run on DATABASE_URL, beside other runs).
+ */
+export async function receiverPort(n: number): Promise<number> {
+  const base = process.env.TEST_PG_PORT;
+  return base ? Number(base) + 50 + n : freePort();
+}
 
 /** Webhook settings for a test server: deliveries to 127.0.0.1 allowed, a short retry schedule. */
 export function webhookConfig(env: Record<string, string> = {}): Partial<Config> {

@@ -18,7 +18,7 @@ const ENV = {
 t.test('SIGKILL mid-delivery: every event once after deduplication, in order', async (t) => {
   const dbUrl = await testDatabase(t);
   const db = sqlClient(t, dbUrl);
-  const rx = new Receiver(t, receiverPort(10));
+  const rx = new Receiver(t, await receiverPort(10));
   await rx.start({ WH_DELAY_MS: '5' });
   let svc = await startService(t, dbUrl, ENV);
   const secrets: string[] = [];

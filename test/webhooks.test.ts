@@ -139,7 +139,7 @@ t.test(
     const dbUrl = await testDatabase(t);
     const server = await startTestServer(t, dbUrl, webhookConfig());
     const db = sqlClient(t, dbUrl);
-    const rx = new Receiver(t, receiverPort(0));
+    const rx = new Receiver(t, await receiverPort(0));
     await rx.start();
     const made = await create(server.url, {
       name: 'ordered',
@@ -206,7 +206,7 @@ t.test(
     await until(
       async () => {
         show = (await api(server.url, 'GET', '/v1/webhooks/ordered')).body;
-        return show.delivered >= 30;
+        return show.delivered >= 30 && show.backlog.pending === 0;
       },
       10_000,
       'the last attempts recorded',
@@ -246,7 +246,7 @@ t.test('concurrent: every event once after deduplication; 410 disables; enabling
   const dbUrl = await testDatabase(t);
   const server = await startTestServer(t, dbUrl, webhookConfig());
   const db = sqlClient(t, dbUrl);
-  const rx = new Receiver(t, receiverPort(1));
+  const rx = new Receiver(t, await receiverPort(1));
   await rx.start();
   const made = await create(server.url, {
     name: 'many',
@@ -255,6 +255,7 @@ t.test('concurrent: every event once after deduplication; 410 disables; enabling
     types: ['created'],
     mode: 'concurrent',
     concurrency: 8,
+    timeoutSeconds: 2,
     from: 'earliest',
   });
   await rx.control({
@@ -269,7 +270,12 @@ t.test('concurrent: every event once after deduplication; 410 disables; enabling
       db,
     )
   ).rows.map((r) => r.c);
-  await until(() => rx.deliveredIds().length >= 200, 20_000, 'every event delivered');
+  // A delivery whose settlement failed (the database refusing a connection, say) waits for its
+  // lease: 2 s of timeout + 5 s.
+  await until(() => rx.deliveredIds().length >= 200, 30_000, 'every event delivered').catch(async (err) => {
+    const e = (await api(server.url, 'GET', '/v1/webhooks/many')).body;
+    throw new Error(`${err.message}: ${rx.deliveredIds().length} delivered; ${JSON.stringify(e)}`);
+  });
   t.same(rx.deliveredIds().sort(), want.sort(), 'exactly the committed events of the type');
   t.ok(
     rx.deliveries().every((d) => d.verified.length === 1),
@@ -302,7 +308,7 @@ t.test('refused destinations: a name resolving to loopback, without the allowlis
     await testDatabase(t),
     webhookConfig({ WEBHOOK_ALLOW_ADDRESSES: '' }),
   );
-  const rx = new Receiver(t, receiverPort(2));
+  const rx = new Receiver(t, await receiverPort(2));
   await rx.start();
   for (const url of ['http://127.0.0.1:1/', 'http://127.1.2.3/', 'http://[::1]/']) {
     t.match(await create(server.url, { name: 'x', url, streams: ['a'] }), {
@@ -334,7 +340,7 @@ t.test('refused destinations: a name resolving to loopback, without the allowlis
 
 t.test('secret rotation: both signatures during the overlap, then only the new one', async (t) => {
   const server = await startTestServer(t, await testDatabase(t), webhookConfig());
-  const rx = new Receiver(t, receiverPort(3));
+  const rx = new Receiver(t, await receiverPort(3));
   await rx.start();
   const made = await create(server.url, { name: 'rot', url: rx.url, streams: ['r'], mode: 'ordered' });
   const s1: string = made.body.secret;
@@ -361,7 +367,7 @@ t.test(
     const dbUrl = await testDatabase(t);
     const server = await startTestServer(t, dbUrl, webhookConfig({ WEBHOOK_RETRY_SCHEDULE: '0,50ms' }));
     const db = sqlClient(t, dbUrl);
-    const rx = new Receiver(t, receiverPort(4));
+    const rx = new Receiver(t, await receiverPort(4));
     await rx.start({ WH_STATUS: '500' });
     const made = await create(server.url, { name: 'rec', url: rx.url, streams: ['s'], concurrency: 2 });
     await rx.control({ secrets: [made.body.secret] });
@@ -407,7 +413,7 @@ t.test(
 t.test('a rate limit spaces deliveries out; failing for WEBHOOK_DISABLE_AFTER disables', async (t) => {
   const config = webhookConfig({ WEBHOOK_DISABLE_AFTER: '1s', WEBHOOK_RETRY_SCHEDULE: '0,100ms' });
   const server = await startTestServer(t, await testDatabase(t), config);
-  const rx = new Receiver(t, receiverPort(5));
+  const rx = new Receiver(t, await receiverPort(5));
   await rx.start();
   const made = await create(server.url, { name: 'slow', url: rx.url, streams: ['rl'], rateLimit: 5 });
   await rx.control({ secrets: [made.body.secret] });

@@ -98,7 +98,7 @@ export class EndpointWorker {
           'webhook claim failed',
         );
         await sleep(backoffMs, signal);
-        backoffMs = Math.min(backoffMs * 2, 10_000);
+        backoffMs = Math.min(backoffMs * 2, 5_000);
         continue;
       }
       // The queues were closed (shutdown): nothing more comes; wait for the stop.
