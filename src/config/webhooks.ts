@@ -7,7 +7,6 @@ import {
   MAX_SETTING_MS,
   bool,
   duration,
-  formatMs,
   parseDuration,
   setting,
   splitList,
@@ -90,6 +89,3 @@ export const WEBHOOK_SETTINGS = {
     { max: MAX_SETTING_MS },
   ),
 } satisfies Record<string, Setting<unknown>>;
-
-export const formatSchedule = (ms: readonly number[]): string =>
-  ms.map((m) => (m === 0 ? '0' : formatMs(m))).join(',');
