@@ -159,11 +159,16 @@ export function cpuMark(serverPid: number | undefined, extraPids: number[] = [])
 }
 
 /** Postgres CPU seconds between two marks. Per backend when known: a backend that started meanwhile
- * counts whole, one that exited meanwhile loses only its last seconds (never a negative total). */
-function pgDelta(a: CpuMark, b: CpuMark): number {
+ * counts whole, one that exited meanwhile loses only its last seconds (never a negative total).
+ * `backendsOnly`: the bench database's client backends, without the cluster's background processes
+ * (which also work for every other database of a shared server). */
+export function pgDelta(a: CpuMark, b: CpuMark, backendsOnly = false): number {
   if (!a.postgresByPid || !b.postgresByPid) return b.postgres - a.postgres;
   let sum = 0;
-  for (const [pid, sec] of b.postgresByPid) sum += Math.max(0, sec - (a.postgresByPid.get(pid) ?? 0));
+  for (const [pid, sec] of b.postgresByPid) {
+    if (backendsOnly && !clientBackends.has(pid)) continue;
+    sum += Math.max(0, sec - (a.postgresByPid.get(pid) ?? 0));
+  }
   return sum;
 }
 
@@ -200,6 +205,9 @@ export async function machineBusyCores(ms = 1000): Promise<number> {
   return (machineBusySeconds() - a) / ((performance.now() - t) / 1000);
 }
 
+/** Pids seen as client backends of the bench database (pgDelta's `backendsOnly`). */
+const clientBackends = new Set<number>();
+
 /**
  * CPU seconds of the PostgreSQL processes working for `db`: its live backends plus the cluster's
  * background processes (WAL writer, checkpointer, ...). Backends of other databases (other users of
@@ -214,6 +222,7 @@ export function postgresCpuSeconds(db: string): Map<number, number> {
       // "postgres: 15/main: <user> <db> <host(port)> <state>" for a client backend
       const m = /^postgres: \S+: (\S+) (\S+) (\S+\(\d+\)|\[local\])/.exec(cmd);
       if (m && m[2] !== db) continue;
+      if (m) clientBackends.add(pid);
       const c = cpuSeconds(pid);
       if (!Number.isNaN(c)) out.set(pid, c);
     } catch {

@@ -44,10 +44,22 @@ export async function scenario7(ctx: Ctx): Promise<void> {
   const { opts } = ctx;
   const publishTable: Table = {
     title: 'Scenario 7a: Mercure publish beside native publish (closed loop, one update per request)',
-    columns: ['API', 'conns', 'updates/s', 'p50 ms', 'p90 ms', 'p99 ms', 'errors', 'CPU srv/pg/load/all'],
+    columns: [
+      'API',
+      'conns',
+      'updates/s',
+      'p50 ms',
+      'p90 ms',
+      'p99 ms',
+      'errors',
+      'CPU srv/pg/load/all',
+      'srv µs/update',
+      'pg µs/update',
+    ],
     rows: [],
     notes: [
       CPU_NOTE,
+      "srv µs/update: the commitfeed process's CPU time per update answered; pg µs/update: CPU time of the bench database's PostgreSQL backends (the pool, the tail read, the listener; from /proc/<pid>/stat, background processes left out: they also serve other databases) per update answered. CPU time, not wall time: the measure to compare on a loaded machine.",
       'One commitfeed process serves both. Native: `POST /v1/streams/s7-native/events` with a JSON body; Mercure: ' +
         '`POST /.well-known/mercure`, form-encoded `topic` + `data`, a bearer token with a publish grant (verified on every request). ' +
         `Both driven by autocannon in its own process; the two APIs alternate at each connection count; ${opts.durationSec} s per point after a ${opts.warmupSec} s warm-up each.`,
@@ -102,6 +114,7 @@ export async function scenario7(ctx: Ctx): Promise<void> {
 
   // ---- publish rate
   const rates = new Map<string, Map<number, number>>(apis.map((a) => [a.name, new Map()]));
+  const pgPer = new Map<string, Map<number, number>>(apis.map((a) => [a.name, new Map()]));
   const loaders = new Loaders();
   try {
     for (const api of apis) {
@@ -122,6 +135,8 @@ export async function scenario7(ctx: Ctx): Promise<void> {
           api.headers,
         );
         rates.get(api.name)!.set(conns, p.eventsPerSec);
+        const per = (sec: number | undefined) => (p.ok ? ((sec ?? Number.NaN) / p.ok) * 1e6 : Number.NaN);
+        pgPer.get(api.name)!.set(conns, per(p.pgBackendSec));
         publishTable.rows.push([
           api.name,
           String(conns),
@@ -131,8 +146,12 @@ export async function scenario7(ctx: Ctx): Promise<void> {
           fmtMs(p.p99),
           String(p.errors),
           p.cpu,
+          per(p.serverSec).toFixed(0),
+          per(p.pgBackendSec).toFixed(0),
         ]);
-        log(`  → ${fmtNum(p.eventsPerSec)} updates/s, p99 ${fmtMs(p.p99)} ms, ${p.errors} errors`);
+        log(
+          `  → ${fmtNum(p.eventsPerSec)} updates/s, p99 ${fmtMs(p.p99)} ms, ${p.errors} errors, pg ${per(p.pgBackendSec).toFixed(0)} µs/update`,
+        );
       }
     }
   } catch (err) {
@@ -144,7 +163,11 @@ export async function scenario7(ctx: Ctx): Promise<void> {
   for (const conns of opts.conns) {
     const n = rates.get(apis[0].name)!.get(conns);
     const m = rates.get(apis[1].name)!.get(conns);
-    if (n && m) publishTable.notes.push(`at ${conns}: Mercure = ${(m / n).toFixed(2)}× native`);
+    const pn = pgPer.get(apis[0].name)!.get(conns);
+    const pm = pgPer.get(apis[1].name)!.get(conns);
+    const pg = pn && pm ? `; PostgreSQL CPU per update: Mercure = ${(pm / pn).toFixed(2)}× native` : '';
+    if (n && m)
+      publishTable.notes.push(`at ${conns}: updates/s: Mercure = ${(m / n).toFixed(2)}× native${pg}`);
   }
 
   // ---- fan-out

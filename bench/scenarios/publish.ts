@@ -3,7 +3,7 @@
 import { benchFile, type Ctx, log } from '../lib/context.ts';
 import { Worker } from '../lib/proc.ts';
 import { fmtMs, fmtNum, type Series, type Table } from '../lib/report.ts';
-import { type CpuMark, coresUsed, cpuMark, pidsByName } from '../lib/sys.ts';
+import { type CpuMark, coresUsed, cpuMark, pgDelta, pidsByName } from '../lib/sys.ts';
 import type { Target } from '../lib/targets.ts';
 import type { CeilingArgs, CeilingResult } from '../workers/pg-ceiling.ts';
 import type { HttpLoadArgs, HttpLoadResult } from '../workers/http-load.ts';
@@ -18,6 +18,11 @@ export interface Point {
   errors: number;
   firstError?: string;
   cpu: string;
+  /** Requests answered 2xx (HTTP points). */
+  ok?: number;
+  /** CPU seconds over the point: the server's, and the bench database's PostgreSQL backends'. */
+  serverSec?: number;
+  pgBackendSec?: number;
 }
 
 export interface System {
@@ -92,6 +97,9 @@ export async function httpPoint(
     max: r.latency.max,
     errors,
     cpu: cpuCell(a, b, w.cpuSec),
+    ok: r.ok,
+    serverSec: b.server - a.server,
+    pgBackendSec: pgDelta(a, b, true),
   };
 }
 
