@@ -1,7 +1,7 @@
 // PostgreSQL CPU of one group commit's statement: a native publish group against a Mercure one of
 // the same size and payload, and the parts a Mercure write adds, each alone. Every statement runs
 // by itself (autocommit, as the group commit sends it) on one connection whose backend's CPU time
-// is read from /proc/<pid>/stat before and after: CPU time, not wall time, so load from other work
+// is read from /proc/<pid>/schedstat before and after: CPU time, not wall time, so load from other work
 // on the machine changes it little. The tail read that follows a commit is not here (the bench's
 // scenario 7 counts it); this isolates what each statement costs the backend that runs it.
 //

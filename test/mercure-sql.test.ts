@@ -2,7 +2,11 @@ import { sql } from 'kysely';
 import t from 'tap';
 import { mercurePublish } from '../src/index.ts';
 import { hasForbiddenChars } from '../src/mercure/form.ts';
-import { reservedTopic } from '../src/mercure/publish.ts';
+import type { CheckedEventInput } from '../src/feed/event.ts';
+import { OwnWrites } from '../src/feed/own-writes.ts';
+import { appendCheckedEvents } from '../src/feed/queries/append-checked.ts';
+import type { StoredUpdate } from '../src/mercure/frames.ts';
+import { type MercureUpdate, reservedTopic, updateEvent, updateId } from '../src/mercure/publish.ts';
 import { openSse, pgClient, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 const HUB_URL = 'https://hub.example.com/.well-known/mercure';
@@ -120,4 +124,98 @@ t.test('exact-topic catch-up reads the topic index, not the whole updates stream
       order by t.txid, t.id limit 100) t`.execute(db);
   const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
   t.match(plan, /mercure_topics_topic_idx/, plan);
+});
+
+t.test('an HTTP publish stores what commitfeed.mercure_append stores, byte for byte', async (t) => {
+  const url = await testDatabase(t);
+  const db = sqlClient(t, url);
+  const updates: MercureUpdate[] = [
+    { topics: ['urn:a'], data: 'x', private: false, id: 'p-1', type: null, retry: null },
+    {
+      topics: ['https://example.com/books/"1"', 'urn:é✓\\', 'urn:é✓\\'],
+      data: 'line\nbreak\r\n\u0000 \u2028 "q" \\ 😀',
+      private: true,
+      id: 'p-2 é',
+      type: 'book',
+      retry: 9_999_999_999,
+    },
+    { topics: ['urn:b', 'urn:c'], data: null, private: false, id: 'p-3', type: null, retry: 0 },
+    { topics: ['urn:d'], data: '', private: false, id: 'p-4', type: null, retry: null },
+  ];
+  for (const u of updates) {
+    await mercurePublish(db, {
+      topic: u.topics,
+      data: u.data,
+      private: u.private,
+      id: u.id,
+      type: u.type,
+      retry: u.retry,
+    });
+  }
+  const viaSql = await sql<{ stream: string; type: string | null; data: string; mid: string }>`
+    select stream, type, data::text as data, mid from commitfeed.feed order by txid, id`.execute(db);
+  const topicRows = async () =>
+    (
+      await sql<{ topic: string; mid: string; same: boolean }>`
+        select t.topic, f.mid, t.created_at = f.created_at as same
+        from commitfeed.mercure_topics t join commitfeed.feed f on (f.txid, f.id) = (t.txid, t.id)
+        order by t.txid, t.id, t.topic`.execute(db)
+    ).rows;
+  const sqlTopics = await topicRows();
+  await sql`truncate commitfeed.feed, commitfeed.mercure_topics`.execute(db);
+  const own = new OwnWrites(100);
+  const events = updates.map((u) => updateEvent(u, updateId(u)));
+  await appendCheckedEvents(db, events, own);
+  const viaHttp = await sql<{ stream: string; type: string | null; data: string; mid: string }>`
+    select stream, type, data::text as data, mid from commitfeed.feed order by txid, id`.execute(db);
+  t.same(viaHttp.rows, viaSql.rows, 'the same rows: stream, type, stored form, id');
+  t.same(await topicRows(), sqlTopics, 'the same topic rows, one per distinct topic, at the row time');
+  t.ok(
+    sqlTopics.every((r) => r.same),
+    'topic rows carry their feed row time',
+  );
+  t.equal(own.size, updates.length, 'the group commit holds the updates for the tailer');
+  for (const [i, u] of updates.entries()) {
+    const parsed = JSON.parse(viaHttp.rows[i].data) as StoredUpdate;
+    t.same(parsed, { topics: u.topics, id: u.id, private: u.private, retry: u.retry, data: u.data });
+  }
+});
+
+t.test('a group of keyed native events and Mercure updates is one transaction', async (t) => {
+  const url = await testDatabase(t);
+  const db = sqlClient(t, url);
+  const own = new OwnWrites(100);
+  const u: MercureUpdate = {
+    topics: ['urn:k'],
+    data: 'u',
+    private: false,
+    id: null,
+    type: null,
+    retry: null,
+  };
+  const native = (key: string | null, n: number) =>
+    ({ stream: 'k', type: null, key, data: String(n) }) as CheckedEventInput;
+  const id = updateId(u);
+  const results = await appendCheckedEvents(db, [native('a', 1), updateEvent(u, id), native(null, 2)], own);
+  t.same(
+    results.map((r) => [r.stream, r.duplicate]),
+    [
+      ['k', false],
+      ['mercure/updates', false],
+      ['k', false],
+    ],
+  );
+  const { rows } = await sql<{ txids: number }>`
+    select count(distinct txid)::int as txids from commitfeed.feed`.execute(db);
+  t.equal(rows[0].txids, 1, 'one transaction');
+  t.equal(own.size, 0, 'not held: read from the table');
+  const bad = await appendCheckedEvents(db, [
+    native('b', 3),
+    updateEvent({ ...u, id: 'dup' }, 'dup'),
+    { stream: 'k', type: null, key: 'c', data: '{not json' } as CheckedEventInput,
+  ]).catch((err: Error) => err);
+  t.ok(bad instanceof Error, 'a bad event fails the group');
+  const after = await sql<{ n: number }>`
+    select count(*)::int as n from commitfeed.feed where mid = 'dup' or key = 'b'`.execute(db);
+  t.equal(after.rows[0].n, 0, 'and nothing of it was written');
 });

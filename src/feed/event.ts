@@ -69,9 +69,20 @@ export type EventFields = {
  * field left out is stored as null. */
 export type EventInput = Omit<EventFields, TextFieldName> & Partial<Pick<EventFields, TextFieldName>>;
 
+/**
+ * What the feed stores beside a Mercure update (an event of the hub's stream, src/mercure/) so that
+ * the hub can find it: its Mercure id (the feed's `mid` column, for resuming from Last-Event-ID) and
+ * its distinct topics (commitfeed.mercure_topics, for exact-topic catch-up).
+ */
+export interface UpdateLookup {
+  mid: string;
+  topics: readonly string[];
+}
+
 declare const checked: unique symbol;
-/** An event toEventInput() accepted: only such events may skip the SQL checks (appendCheckedEvents). */
-export type CheckedEventInput = EventFields & { readonly [checked]: true };
+/** An event toEventInput() accepted, or a Mercure update the hub checked (with its `lookup`): only
+ * such events may skip the SQL checks (appendCheckedEvents). */
+export type CheckedEventInput = EventFields & { readonly [checked]: true; readonly lookup?: UpdateLookup };
 
 /** The JSON body of one event, as a publish accepts it (the stream comes from the URL or the op). */
 export type EventBody = { data: unknown } & { [K in TextFieldName]?: string };

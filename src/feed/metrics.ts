@@ -26,12 +26,12 @@ function registerWriteMetrics(m: Metrics, feed: Feed): void {
   const b = feed.batcher.stats;
   m.counter(
     'commitfeed_publishes_total',
-    'Publish requests committed (a batch publish counts once)',
+    'Publish requests committed, native and Mercure (a batch publish counts once)',
     () => b.requests,
   );
   m.counter(
     'commitfeed_events_written_total',
-    'Events appended through the group-commit writer',
+    'Events appended through the group-commit writer (Mercure updates from POST /.well-known/mercure included)',
     () => b.events,
   );
   m.counter(

@@ -1,24 +1,27 @@
 /**
  * POST /.well-known/mercure (draft-08 §Publication): one update from a form body, checked (publish.ts),
- * authorized on every one of its topics, and written through the hub's group-commit batcher. Answers
- * 200 text/plain with the update's id. No SQL here.
+ * authorized on every one of its topics, and written through the feed's group commit with native
+ * publishes (one statement and one notify per group; the tailer holds the update rather than reading
+ * it back). Answers 200 text/plain with the update's id. No SQL here.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Batcher } from '../commit/batcher.ts';
 import type { Config } from '../config/config.ts';
 import { ApiError } from '../errors.ts';
+import type { CheckedEventInput } from '../feed/event.ts';
+import type { AppendResult } from '../feed/queries/append.ts';
 import { errorSchema } from '../http/errors.ts';
 import type { MercureAuthorizer } from './authorize.ts';
 import { sendMercureError } from './challenge.ts';
 import { parseForm } from './form.ts';
 import type { MercureStats } from './metrics.ts';
-import { HUB_PATH, type MercureUpdate, updateFromForm } from './publish.ts';
+import { HUB_PATH, updateEvent, updateFromForm, updateId } from './publish.ts';
 
 export interface PublishRouteDeps {
   config: Config;
   authorizer: MercureAuthorizer;
-  /** The hub's batcher (commitfeed.mercure_append): one statement and one notify per group. */
-  batcher: Batcher<MercureUpdate, string>;
+  /** The feed's group commit (Feed.batcher). */
+  batcher: Batcher<CheckedEventInput, AppendResult>;
   stats: MercureStats;
 }
 
@@ -70,7 +73,8 @@ async function publishUpdate(
     const no = authorizer.forbidden('the token does not grant publishing on every topic of the update');
     if (!no.ok) return sendMercureError(reply, no);
   }
-  const [id] = await batcher.publish([update]);
+  const id = updateId(update);
+  await batcher.publish([updateEvent(update, id)]);
   stats.published++;
   return reply.type('text/plain; charset=utf-8').send(id);
 }

@@ -1,16 +1,21 @@
 /**
  * Publishing Mercure updates (draft-08 §Publication): the checks of a publish form, in the order the
- * route applies them (400 for a malformed update, 413 over a limit), and the writes. Every write goes
- * through the SQL function commitfeed.mercure_append (src/sql/mercure-append.sql), which restates
- * these checks for callers that reach the database directly; HTTP publishes are grouped by a
- * Batcher (one statement and one notify per group), the library function and the /v1/tx op write
- * inside the caller's transaction.
+ * route applies them (400 for a malformed update, 413 over a limit), and the writes. Every write stores
+ * the same rows: HTTP publishes as feed events (updateEvent) through the feed's group commit (one
+ * statement and one notify per group, native publishes and updates together, held for the tailer
+ * like them: src/feed/own-writes.ts); the library function, the /v1/tx op and the hub's own updates
+ * inside the caller's transaction through the SQL function commitfeed.mercure_append
+ * (src/sql/mercure-append.sql), which restates these checks for callers that reach the database
+ * directly. Both end in commitfeed.append_plain.
  */
+import { randomUUID } from 'node:crypto';
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database.ts';
+import type { CheckedEventInput, EventFields, UpdateLookup } from '../feed/event.ts';
 import { prepared } from '../db/prepared.ts';
 import { ApiError } from '../errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
+import { MERCURE_STREAM } from './frames.ts';
 
 /** One update. `topics[0]` is the canonical topic, the rest are alternates. */
 export interface MercureUpdate {
@@ -235,6 +240,32 @@ export function validateUpdate(
   if (u.data !== null && Buffer.byteLength(u.data) > maxDataBytes) {
     throw tooLarge(`data is at most ${maxDataBytes} bytes (MAX_EVENT_BYTES)`);
   }
+}
+
+/** The id an update is published under: its own, else a generated urn:uuid (version 4). */
+export function updateId(u: MercureUpdate): string {
+  return u.id ?? `urn:uuid:${randomUUID()}`;
+}
+
+/**
+ * An update checked by validateUpdate as a feed event for the group commit (the same statement,
+ * notify and own-writes hold as native publishes): the hub's stream, its stored form as `data`
+ * (what commitfeed.mercure_append stores, frames.ts reads), and its lookup (id and distinct topics).
+ */
+export function updateEvent(u: MercureUpdate, id: string): CheckedEventInput {
+  const data =
+    `{"topics":${JSON.stringify(u.topics)},"id":${JSON.stringify(id)},"private":${u.private}` +
+    // JSON strings: U+0000 survives as \u0000 (PostgreSQL text cannot hold it).
+    `,"retry":${u.retry ?? 'null'},"data":${u.data === null ? 'null' : JSON.stringify(u.data)}}`;
+  const topics = u.topics.length === 1 ? u.topics : [...new Set(u.topics)];
+  const event: EventFields & { lookup: UpdateLookup } = {
+    stream: MERCURE_STREAM,
+    type: u.type,
+    key: null,
+    data,
+    lookup: { mid: id, topics },
+  };
+  return event as CheckedEventInput;
 }
 
 export const MERCURE_APPEND_SQL = prepared(

@@ -1,26 +1,25 @@
 /**
  * The Mercure hub's routes at /.well-known/mercure (draft-08): POST publishes an update (a form
  * body; publish-route.ts), GET subscribes over SSE (subscribe-route.ts). No SQL here: publishes go
- * through the hub's own group-commit batcher (commitfeed.mercure_append), subscribers through the
- * feed's tailer and hub as a Selection (subscribe.ts), so Mercure updates share the native API's
- * order, catch-up, hand-over, backpressure and retention.
+ * through the feed's group commit with native publishes (commitfeed.append_plain), subscribers
+ * through the feed's tailer and hub as a Selection (subscribe.ts), so Mercure updates share the
+ * native API's order, catch-up, hand-over, backpressure and retention.
  *
  * The native token hook treats these routes as public: the hub authenticates on its own (Mercure
  * tokens, MERCURE_ISSUERS; see the authorizer) and never reads `access_token` or the native cookie.
  *
- * Lifecycle: registered once per app; the batcher is closed when the app closes (after the requests
- * in flight were answered), subscribers are ended with the feed's (Feed.endSubscribers). A database
- * outage answers 503 before a stream starts, and ends a catch-up with `event: unavailable` after.
+ * Lifecycle: registered once per app; the feed's batcher is closed with the feed (after the app's
+ * requests in flight were answered), subscribers are ended with the feed's (Feed.endSubscribers). A
+ * database outage answers 503 before a stream starts, and ends a catch-up with `event: unavailable`
+ * after.
  */
 import type { FastifyInstance } from 'fastify';
-import { Batcher } from '../commit/batcher.ts';
 import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { ActiveSubscriptions } from './active-subscriptions.ts';
 import type { MercureAuthorizer } from './authorize.ts';
 import type { MercureStats } from './metrics.ts';
-import { type MercureUpdate, appendUpdates } from './publish.ts';
 import { publishRoute } from './publish-route.ts';
 import { subscribeRoute } from './subscribe-route.ts';
 
@@ -38,13 +37,6 @@ export interface MercureDeps {
 
 export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Promise<void> {
   const { config, db, feed, stats, authorizer } = deps;
-  const batcher = new Batcher<MercureUpdate, string>(db, {
-    maxEvents: config.batchMaxEvents,
-    onCommit: () => feed.tailer.wake(),
-    write: (d, updates) => appendUpdates(d, updates),
-  });
-  app.addHook('onClose', () => batcher.close());
-
   await app.register(async (scope) => {
     // Form bodies only here (the rest of the API is JSON): raw bytes, parsed strictly by form.ts.
     scope.addContentTypeParser(
@@ -52,7 +44,7 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
       { parseAs: 'buffer' },
       (_req, body, done) => done(null, body),
     );
-    publishRoute(scope, { config, authorizer, batcher, stats });
+    publishRoute(scope, { config, authorizer, batcher: feed.batcher, stats });
     subscribeRoute(scope, {
       config,
       db,

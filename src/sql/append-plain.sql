@@ -6,13 +6,23 @@
 -- instead of one per event was ~1.5 µs less of the service's CPU per event of a 1,000-event batch
 -- (node-postgres parses every row it receives) and no more of PostgreSQL's (bench/RESULTS.md, "Hot
 -- path, round four"). append_unchecked's no-key path is this function, so there is one insert.
--- Unchecked like append_unchecked: callers must have applied commitfeed.append's rules.
-create or replace function commitfeed.append_plain(streams text[], types text[], datas json[])
+--
+-- The Mercure hub's updates (stream mercure/updates) are written here too, by the group commit and
+-- by commitfeed.mercure_append: `mids` is each event's Mercure id (the feed's `mid` column, NULL for
+-- native events) and `topics` the topics each is found by in exact-topic catch-up
+-- (commitfeed.mercure_topics), `topic_of[j]` the 1-based position of the event `topics[j]` belongs
+-- to (distinct per event). Both NULL for native events: then nothing but the feed is touched.
+-- Unchecked like append_unchecked: callers must have applied commitfeed.append's rules (or
+-- commitfeed.mercure_invalid's).
+create or replace function commitfeed.append_plain(
+  streams text[], types text[], datas json[],
+  mids text[] default null, topics text[] default null, topic_of int[] default null)
 returns table (tx text, ids text, ms float8)
 language plpgsql
 as $fn$
 declare
   at timestamptz;
+  new_ids bigint[];
 begin
   if coalesce(cardinality(streams), 0) = 0 then
     return;
@@ -23,17 +33,34 @@ begin
   perform pg_current_xact_id();
   at := clock_timestamp();
   -- Identity values are taken row by row as the insert reads unnest's output, so ascending ids
-  -- are input order.
-  return query
+  -- are input order. (unnest pads a NULL `mids` with NULLs.)
+  if topics is null then
+    return query
+      with ins as (
+        insert into commitfeed.feed (stream, type, data, created_at, mid)
+        select u.stream, u.type, u.data, at, u.mid
+        from unnest(streams, types, datas, mids) as u(stream, type, data, mid)
+        returning id
+      )
+      -- The same expression as the tail read's (src/feed/queries.ts, EVENT_COLUMNS).
+      select pg_current_xact_id()::text, string_agg(ins.id::text, ',' order by ins.id),
+             extract(epoch from at)::float8 * 1000
+      from ins;
+  else
     with ins as (
-      insert into commitfeed.feed (stream, type, data, created_at)
-      select u.stream, u.type, u.data, at from unnest(streams, types, datas) as u(stream, type, data)
+      insert into commitfeed.feed (stream, type, data, created_at, mid)
+      select u.stream, u.type, u.data, at, u.mid
+      from unnest(streams, types, datas, mids) as u(stream, type, data, mid)
       returning id
     )
-    -- The same expression as the tail read's (src/feed/queries.ts, EVENT_COLUMNS).
-    select pg_current_xact_id()::text, string_agg(ins.id::text, ',' order by ins.id),
-           extract(epoch from at)::float8 * 1000
-    from ins;
+    select array_agg(ins.id order by ins.id) into new_ids from ins;
+    -- created_at copies the feed row's, so that catch-up's join to the feed prunes to its partition.
+    insert into commitfeed.mercure_topics (topic, txid, id, created_at)
+    select t.topic, pg_current_xact_id(), new_ids[t.i], at
+    from unnest(topics, topic_of) as t(topic, i);
+    return query
+      select pg_current_xact_id()::text, array_to_string(new_ids, ','), extract(epoch from at)::float8 * 1000;
+  end if;
   perform pg_notify('commitfeed_feed', '');
 end
 $fn$;

@@ -1,7 +1,8 @@
--- commitfeed.mercure_append: the one implementation of storing Mercure updates (validation, ids,
--- the feed row, the topic index rows, the notify). HTTP publishes call it once per group commit;
--- commitfeed.mercure_publish (an application's own transaction), the library function and the
--- /v1/tx op call it with one update.
+-- commitfeed.mercure_append: Mercure updates from SQL (validation, ids, the stored form), written by
+-- commitfeed.append_plain as the group commit writes HTTP publishes (src/mercure/publish.ts,
+-- updateEvent): the feed row, the topic index rows, the notify. commitfeed.mercure_publish (an
+-- application's own transaction), the library function, the /v1/tx op and the hub's own updates
+-- (active subscriptions) call it.
 --
 -- Arrays hold one element per update, except `topics`, which holds every update's topics in turn
 -- (`ntopics` says how many each has; the first is the canonical topic). `datas` are JSON strings
@@ -32,6 +33,11 @@ language plpgsql
 as $fn$
 declare
   n int := coalesce(cardinality(ntopics), 0);
+  mids text[];
+  etypes text[];
+  stored json[];
+  index_topics text[];
+  topic_of int[];
 begin
   if n = 0 then
     return;
@@ -47,30 +53,21 @@ begin
                    s.data is null or json_typeof(s.data) in ('string', 'null'), internal)
           from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s
           order by s.i));
-  return query
-  with a as materialized (
-    -- Ids taken here, in input order, so each feed row is matched to its update.
-    select s.i, s.ts, s.data, coalesce(s.private, false) as private, s.type, s.retry,
-           coalesce(nullif(s.mid, ''), 'urn:uuid:' || gen_random_uuid()) as m,
-           nextval('commitfeed.feed_id_seq'::regclass) as id
-    from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s
-    order by s.i
-  ), ins as (
-    insert into commitfeed.feed (id, stream, type, key, data, mid)
-    select a.id, 'mercure/updates', a.type, null,
-           ('{"topics":' || to_json(a.ts)::text || ',"id":' || to_json(a.m)::text
-             || ',"private":' || a.private::text || ',"retry":' || coalesce(a.retry::text, 'null')
-             || ',"data":' || coalesce(a.data::text, 'null') || '}')::json,
-           a.m
-    from a
-    order by a.i
-    returning id, txid, created_at
-  ), tp as (
-    insert into commitfeed.mercure_topics (topic, txid, id, created_at)
-    select distinct t.topic, ins.txid, ins.id, ins.created_at
-    from ins join a on a.id = ins.id, unnest(a.ts) as t(topic)
-  )
-  select a.m from a order by a.i;
-  perform pg_notify('commitfeed_feed', '');
+  -- The stored form, as updateEvent (src/mercure/publish.ts) builds it.
+  select array_agg(a.m order by a.i), array_agg(a.type order by a.i),
+         array_agg(('{"topics":' || to_json(a.ts)::text || ',"id":' || to_json(a.m)::text
+                    || ',"private":' || coalesce(a.private, false)::text || ',"retry":' || coalesce(a.retry::text, 'null')
+                    || ',"data":' || coalesce(a.data::text, 'null') || '}')::json order by a.i)
+  into mids, etypes, stored
+  from (select s.*, coalesce(nullif(s.mid, ''), 'urn:uuid:' || gen_random_uuid()) as m
+        from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s) a;
+  select array_agg(t.topic order by t.i, t.topic), array_agg(t.i::int order by t.i, t.topic)
+  into index_topics, topic_of
+  from (select distinct s.i, x.topic
+        from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s,
+             unnest(s.ts) as x(topic)) t;
+  perform commitfeed.append_plain(array_fill('mercure/updates'::text, array[n]), etypes, stored, mids,
+                                  index_topics, topic_of);
+  return query select u.m from unnest(mids) as u(m);
 end
 $fn$;

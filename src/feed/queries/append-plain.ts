@@ -1,6 +1,7 @@
 /**
  * commitfeed.append_plain (src/sql/append-plain.sql): the append of events without keys (nothing to
  * deduplicate), answering in one row: the transaction id, the ids in input order, the rows' time.
+ * Mercure updates (events with a `lookup`) go through it too, with their ids and topics.
  */
 import { CompiledQuery } from 'kysely';
 import { columns } from '../../db/columns.ts';
@@ -13,10 +14,31 @@ import { arrayArgs } from './event-columns.ts';
 
 /** Every field but the key. */
 const PLAIN_FIELDS = FIELD_NAMES.filter((f) => f !== 'key');
+const n = PLAIN_FIELDS.length;
 
 const APPEND_PLAIN_SQL = prepared(
-  `select tx, ids, ms from commitfeed.append_plain(${arrayArgs(PLAIN_FIELDS)})`,
+  `select tx, ids, ms from commitfeed.append_plain(${arrayArgs(PLAIN_FIELDS)}, $${n + 1}::text[], $${n + 2}::text[], $${n + 3}::int[])`,
 );
+
+const NO_LOOKUPS = [null, null, null];
+
+/** The `mids`, `topics` and `topic_of` arguments: null when no event is a Mercure update. */
+function lookupParams(events: readonly CheckedEventInput[]): unknown[] {
+  if (!events.some((e) => e.lookup !== undefined)) return NO_LOOKUPS;
+  const mids: (string | null)[] = new Array(events.length);
+  const topics: string[] = [];
+  const topicOf: number[] = [];
+  for (let i = 0; i < events.length; i++) {
+    const l = events[i].lookup;
+    mids[i] = l?.mid ?? null;
+    if (l === undefined) continue;
+    for (const topic of l.topics) {
+      topics.push(topic);
+      topicOf.push(i + 1);
+    }
+  }
+  return [mids, topics, topicOf];
+}
 
 /**
  * `own`: only for a statement that commits by itself (the group commit's, not a caller's
@@ -28,7 +50,7 @@ export async function appendPlain(
   own: OwnWrites | undefined,
 ): Promise<AppendResult[]> {
   const { rows } = await db.executeQuery<{ tx: string; ids: string; ms: number }>(
-    CompiledQuery.raw(APPEND_PLAIN_SQL, columns(events, PLAIN_FIELDS)),
+    CompiledQuery.raw(APPEND_PLAIN_SQL, [...columns(events, PLAIN_FIELDS), ...lookupParams(events)]),
   );
   const texts = rows[0]?.ids.split(',') ?? [];
   expectOnePerEvent('commitfeed.append_plain', texts.length, events);
