@@ -7,6 +7,8 @@ import { OwnWrites } from '../src/feed/own-writes.ts';
 import { appendCheckedEvents } from '../src/feed/queries/append-checked.ts';
 import type { StoredUpdate } from '../src/mercure/frames.ts';
 import { type MercureUpdate, reservedTopic, updateEvent, updateId } from '../src/mercure/publish.ts';
+import { TOPIC_RANGE_SQL, readTopicRange } from '../src/mercure/queries.ts';
+import { START } from '../src/feed/cursor.ts';
 import { openSse, pgClient, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 const HUB_URL = 'https://hub.example.com/.well-known/mercure';
@@ -111,19 +113,46 @@ t.test(
   },
 );
 
-t.test('exact-topic catch-up reads the topic index, not the whole updates stream', async (t) => {
+t.test('exact-topic catch-up reads the topic indexes, not the whole updates stream', async (t) => {
   const db = sqlClient(t, await testDatabase(t));
   await sql`select commitfeed.mercure_publish('urn:e:' || g::text, 'x') from generate_series(1, 2000) g`.execute(
     db,
   );
+  await sql`select commitfeed.mercure_publish(array['urn:f:' || g::text, 'urn:e:' || g::text], 'y')
+            from generate_series(1, 2000) g`.execute(db);
+  await sql`analyze commitfeed.feed`.execute(db);
   await sql`analyze commitfeed.mercure_topics`.execute(db);
+  const { rows: counts } = await sql<{ feed: number; alternates: number }>`
+    select (select count(*)::int from commitfeed.feed where topic is not null) as feed,
+           (select count(*)::int from commitfeed.mercure_topics) as alternates`.execute(db);
+  t.same(counts[0], { feed: 4000, alternates: 2000 }, 'the canonical topic in the row, the others beside it');
+  await sql`${sql.raw(`prepare topic_page as ${TOPIC_RANGE_SQL}`)}`.execute(db);
   const { rows } = await sql<{ 'QUERY PLAN': string }>`
-    explain select t.txid, t.id from unnest(array['urn:e:7']) q(topic), lateral (
-      select t.txid, t.id from commitfeed.mercure_topics t
-      where t.topic = q.topic and (t.txid, t.id) > ('0'::xid8, 0::int8)
-      order by t.txid, t.id limit 100) t`.execute(db);
+    explain execute topic_page(array['urn:e:7'], '0', 0, '999999999', 999999999, 100)`.execute(db);
   const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+  t.match(plan, /topic_txid_id_idx/, plan);
   t.match(plan, /mercure_topics_topic_idx/, plan);
+  const page = await readTopicRange(db, ['urn:e:7'], START, { txid: 999_999_999, id: 999_999_999 }, 10);
+  t.same(
+    page.events.map((e) => e.data),
+    [
+      JSON.stringify({
+        topics: ['urn:e:7'],
+        id: JSON.parse(page.events[0].data).id,
+        private: false,
+        retry: null,
+        data: 'x',
+      }),
+      JSON.stringify({
+        topics: ['urn:f:7', 'urn:e:7'],
+        id: JSON.parse(page.events[1].data).id,
+        private: false,
+        retry: null,
+        data: 'y',
+      }),
+    ],
+    'an update found by its canonical topic, then one by an alternate one, in feed order',
+  );
 });
 
 t.test('an HTTP publish stores what commitfeed.mercure_append stores, byte for byte', async (t) => {
@@ -152,8 +181,8 @@ t.test('an HTTP publish stores what commitfeed.mercure_append stores, byte for b
       retry: u.retry,
     });
   }
-  const viaSql = await sql<{ stream: string; type: string | null; data: string; mid: string }>`
-    select stream, type, data::text as data, mid from commitfeed.feed order by txid, id`.execute(db);
+  const viaSql = await sql<{ stream: string; type: string | null; data: string; mid: string; topic: string }>`
+    select stream, type, data::text as data, mid, topic from commitfeed.feed order by txid, id`.execute(db);
   const topicRows = async () =>
     (
       await sql<{ topic: string; mid: string; same: boolean }>`
@@ -166,10 +195,16 @@ t.test('an HTTP publish stores what commitfeed.mercure_append stores, byte for b
   const own = new OwnWrites(100);
   const events = updates.map((u) => updateEvent(u, updateId(u)));
   await appendCheckedEvents(db, events, own);
-  const viaHttp = await sql<{ stream: string; type: string | null; data: string; mid: string }>`
-    select stream, type, data::text as data, mid from commitfeed.feed order by txid, id`.execute(db);
-  t.same(viaHttp.rows, viaSql.rows, 'the same rows: stream, type, stored form, id');
-  t.same(await topicRows(), sqlTopics, 'the same topic rows, one per distinct topic, at the row time');
+  const viaHttp = await sql<{
+    stream: string;
+    type: string | null;
+    data: string;
+    mid: string;
+    topic: string;
+  }>`
+    select stream, type, data::text as data, mid, topic from commitfeed.feed order by txid, id`.execute(db);
+  t.same(viaHttp.rows, viaSql.rows, 'the same rows: stream, type, stored form, id, canonical topic');
+  t.same(await topicRows(), sqlTopics, 'the same topic rows, one per distinct other topic, at the row time');
   t.ok(
     sqlTopics.every((r) => r.same),
     'topic rows carry their feed row time',

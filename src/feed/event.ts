@@ -72,7 +72,8 @@ export type EventInput = Omit<EventFields, TextFieldName> & Partial<Pick<EventFi
 /**
  * What the feed stores beside a Mercure update (an event of the hub's stream, src/mercure/) so that
  * the hub can find it: its Mercure id (the feed's `mid` column, for resuming from Last-Event-ID) and
- * its distinct topics (commitfeed.mercure_topics, for exact-topic catch-up).
+ * its distinct topics for exact-topic catch-up, the canonical one first (the feed's `topic` column;
+ * the others are rows of commitfeed.mercure_topics).
  */
 export interface UpdateLookup {
   mid: string;

@@ -1,9 +1,9 @@
 /**
- * The hub's reads: exact-topic catch-up through the commitfeed.mercure_topics index (a page in the
- * feed's shape, src/feed/queries/marked-page.ts, read through FeedReads like every catch-up page),
- * and the id lookups of reconnection (on the primary). They stay here, not in src/feed/queries/,
- * because they read what only the Mercure hub writes (its topic index, the `mid` column, the
- * `mercure/updates` stream). Every function takes `(db | trx, ...)`.
+ * The hub's reads: exact-topic catch-up through the topic indexes (the feed's `topic` column and
+ * commitfeed.mercure_topics; a page in the feed's shape, src/feed/queries/marked-page.ts, read
+ * through FeedReads like every catch-up page), and the id lookups of reconnection (on the primary).
+ * They stay here, not in src/feed/queries/, because they read what only the Mercure hub writes (its
+ * topic indexes, the `mid` column, the `mercure/updates` stream). Every function takes `(db | trx, ...)`.
  */
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database.ts';
@@ -14,19 +14,27 @@ import { type MarkedPage, markedPageSql, readMarkedPage } from '../feed/queries/
 
 /**
  * Updates with any of the topics in $1 in (($2,$3), ($4,$5)], in feed order, at most $6, with the trim
- * mark and the horizon from the same statement. Each topic reads its own index range in order and contributes at
- * most $6 rows, so a page costs O(topics × page) whatever the history; the feed row is found by its
- * (txid, id) and created_at (one partition).
+ * mark and the horizon from the same statement. Each topic reads its own index ranges in order and
+ * contributes at most $6 rows from each, so a page costs O(topics × page) whatever the history: the
+ * feed's topic index (an update's canonical topic, the feed row itself) and commitfeed.mercure_topics
+ * (its other topics, and every topic of updates written before the feed had the column); the feed row
+ * of a mercure_topics entry is found by its (txid, id) and created_at (one partition).
  */
-const TOPIC_RANGE_SQL = markedPageSql(`
+export const TOPIC_RANGE_SQL = markedPageSql(`
     select ${EVENT_COLUMNS}
     from (select distinct x.txid, x.id, x.created_at
           from unnest($1::text[]) q(topic), lateral (
-            select t.txid, t.id, t.created_at from commitfeed.mercure_topics t
-            where t.topic = q.topic
-              and (t.txid, t.id) > ($2::xid8, $3::int8) and (t.txid, t.id) <= ($4::xid8, $5::int8)
-            order by t.txid, t.id
-            limit $6) x
+            (select c.txid, c.id, c.created_at from commitfeed.feed c
+             where c.topic = q.topic
+               and (c.txid, c.id) > ($2::xid8, $3::int8) and (c.txid, c.id) <= ($4::xid8, $5::int8)
+             order by c.txid, c.id
+             limit $6)
+            union all
+            (select t.txid, t.id, t.created_at from commitfeed.mercure_topics t
+             where t.topic = q.topic
+               and (t.txid, t.id) > ($2::xid8, $3::int8) and (t.txid, t.id) <= ($4::xid8, $5::int8)
+             order by t.txid, t.id
+             limit $6)) x
           order by x.txid, x.id
           limit $6) k
     join commitfeed.feed f

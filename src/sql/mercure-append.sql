@@ -36,8 +36,9 @@ declare
   mids text[];
   etypes text[];
   stored json[];
-  index_topics text[];
-  topic_of int[];
+  canonical text[];
+  alt_topics text[];
+  alt_of int[];
 begin
   if n = 0 then
     return;
@@ -54,20 +55,22 @@ begin
           from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s
           order by s.i));
   -- The stored form, as updateEvent (src/mercure/publish.ts) builds it.
-  select array_agg(a.m order by a.i), array_agg(a.type order by a.i),
+  select array_agg(a.m order by a.i), array_agg(a.type order by a.i), array_agg(a.ts[1] order by a.i),
          array_agg(('{"topics":' || to_json(a.ts)::text || ',"id":' || to_json(a.m)::text
                     || ',"private":' || coalesce(a.private, false)::text || ',"retry":' || coalesce(a.retry::text, 'null')
                     || ',"data":' || coalesce(a.data::text, 'null') || '}')::json order by a.i)
-  into mids, etypes, stored
+  into mids, etypes, canonical, stored
   from (select s.*, coalesce(nullif(s.mid, ''), 'urn:uuid:' || gen_random_uuid()) as m
         from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s) a;
+  -- The canonical topic goes in the feed row, the other distinct topics in commitfeed.mercure_topics.
   select array_agg(t.topic order by t.i, t.topic), array_agg(t.i::int order by t.i, t.topic)
-  into index_topics, topic_of
+  into alt_topics, alt_of
   from (select distinct s.i, x.topic
         from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s,
-             unnest(s.ts) as x(topic)) t;
+             unnest(s.ts) as x(topic)
+        where x.topic <> s.ts[1]) t;
   perform commitfeed.append_plain(array_fill('mercure/updates'::text, array[n]), etypes, stored, mids,
-                                  index_topics, topic_of);
+                                  canonical, alt_topics, alt_of);
   return query select u.m from unnest(mids) as u(m);
 end
 $fn$;

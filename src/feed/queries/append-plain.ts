@@ -17,27 +17,29 @@ const PLAIN_FIELDS = FIELD_NAMES.filter((f) => f !== 'key');
 const n = PLAIN_FIELDS.length;
 
 const APPEND_PLAIN_SQL = prepared(
-  `select tx, ids, ms from commitfeed.append_plain(${arrayArgs(PLAIN_FIELDS)}, $${n + 1}::text[], $${n + 2}::text[], $${n + 3}::int[])`,
+  `select tx, ids, ms from commitfeed.append_plain(${arrayArgs(PLAIN_FIELDS)}, $${n + 1}::text[], $${n + 2}::text[], $${n + 3}::text[], $${n + 4}::int[])`,
 );
 
-const NO_LOOKUPS = [null, null, null];
+const NO_LOOKUPS = [null, null, null, null];
 
-/** The `mids`, `topics` and `topic_of` arguments: null when no event is a Mercure update. */
+/** The `mids`, `topics`, `alt_topics` and `alt_of` arguments: null when no event is a Mercure update. */
 function lookupParams(events: readonly CheckedEventInput[]): unknown[] {
   if (!events.some((e) => e.lookup !== undefined)) return NO_LOOKUPS;
   const mids: (string | null)[] = new Array(events.length);
-  const topics: string[] = [];
-  const topicOf: number[] = [];
+  const topics: (string | null)[] = new Array(events.length);
+  const alternates: string[] = [];
+  const alternateOf: number[] = [];
   for (let i = 0; i < events.length; i++) {
     const l = events[i].lookup;
     mids[i] = l?.mid ?? null;
+    topics[i] = l?.topics[0] ?? null;
     if (l === undefined) continue;
-    for (const topic of l.topics) {
-      topics.push(topic);
-      topicOf.push(i + 1);
+    for (let j = 1; j < l.topics.length; j++) {
+      alternates.push(l.topics[j]);
+      alternateOf.push(i + 1);
     }
   }
-  return [mids, topics, topicOf];
+  return alternates.length === 0 ? [mids, topics, null, null] : [mids, topics, alternates, alternateOf];
 }
 
 /**
