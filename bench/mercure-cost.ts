@@ -66,7 +66,7 @@ const KINDS: Kind[] = [
   },
   {
     name: 'mercure',
-    what: 'commitfeed.mercure_append: a Mercure publish group (the hub batcher)',
+    what: "commitfeed.mercure_append: Mercure updates from SQL (the hub batcher's statement before the change)",
     sql: 'select mid from commitfeed.mercure_append($1::text[], $2::int[], $3::json[], $4::boolean[], $5::text[], $6::text[], $7::int8[], $8::boolean)',
     params: (g) => [
       rep(g, () => TOPIC),
@@ -78,6 +78,23 @@ const KINDS: Kind[] = [
       rep(g, () => null),
       false,
     ],
+  },
+  {
+    name: 'hub',
+    what: 'the group commit statement of HTTP Mercure publishes: append_plain with the stored updates, their ids and canonical topics (as src/feed/queries/append-plain.ts sends it)',
+    sql: 'select tx, ids, ms from commitfeed.append_plain($1::text[], $2::text[], $3::json[], $4::text[], $5::text[], $6::text[], $7::int[])',
+    params: (g) => {
+      const ids = rep(g, () => `urn:uuid:${randomUUID()}`);
+      return [
+        rep(g, () => 'mercure/updates'),
+        rep(g, () => null),
+        ids.map(stored),
+        ids,
+        rep(g, () => TOPIC),
+        null,
+        null,
+      ];
+    },
   },
   {
     name: 'plain-stored',

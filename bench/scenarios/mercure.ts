@@ -40,6 +40,19 @@ async function publishToken(): Promise<string> {
     .sign(new TextEncoder().encode(BENCH_MERCURE_SECRET));
 }
 
+/** The group commit's counters (/metrics): events written and statements committed so far. */
+async function writeCounters(port: number): Promise<{ events: number; commits: number }> {
+  try {
+    const text = await (
+      await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(5000) })
+    ).text();
+    const get = (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+    return { events: get('commitfeed_events_written_total'), commits: get('commitfeed_commits_total') };
+  } catch {
+    return { events: Number.NaN, commits: Number.NaN };
+  }
+}
+
 export async function scenario7(ctx: Ctx): Promise<void> {
   const { opts } = ctx;
   const publishTable: Table = {
@@ -55,6 +68,7 @@ export async function scenario7(ctx: Ctx): Promise<void> {
       'CPU srv/pg/load/all',
       'srv µs/update',
       'pg µs/update',
+      'events/commit',
     ],
     rows: [],
     notes: [
@@ -124,6 +138,7 @@ export async function scenario7(ctx: Ctx): Promise<void> {
     for (const conns of opts.conns) {
       for (const api of apis) {
         log(`scenario 7: ${api.name} publish, ${conns} connections, ${opts.durationSec} s`);
+        const w0 = await writeCounters(server.port);
         const p = await httpPoint(
           ctx,
           loaders,
@@ -134,6 +149,9 @@ export async function scenario7(ctx: Ctx): Promise<void> {
           opts.durationSec,
           api.headers,
         );
+        const w1 = await writeCounters(server.port);
+        const commits = w1.commits - w0.commits;
+        const group = commits > 0 ? ((w1.events - w0.events) / commits).toFixed(1) : 'n/a';
         rates.get(api.name)!.set(conns, p.eventsPerSec);
         const per = (sec: number | undefined) => (p.ok ? ((sec ?? Number.NaN) / p.ok) * 1e6 : Number.NaN);
         pgPer.get(api.name)!.set(conns, per(p.pgBackendSec));
@@ -148,6 +166,7 @@ export async function scenario7(ctx: Ctx): Promise<void> {
           p.cpu,
           per(p.serverSec).toFixed(0),
           per(p.pgBackendSec).toFixed(0),
+          group,
         ]);
         log(
           `  → ${fmtNum(p.eventsPerSec)} updates/s, p99 ${fmtMs(p.p99)} ms, ${p.errors} errors, pg ${per(p.pgBackendSec).toFixed(0)} µs/update`,
