@@ -6,7 +6,7 @@
 import { SignJWT } from 'jose';
 import { type Ctx, log } from '../lib/context.ts';
 import { fmtMs, fmtNum, type Table } from '../lib/report.ts';
-import { type CpuMark, coresUsed, cpuMark } from '../lib/sys.ts';
+import { type CpuMark, coresUsed, cpuMark, pgDelta } from '../lib/sys.ts';
 import { httpPath, MERCURE_PATH, mercureForm, type Target } from '../lib/targets.ts';
 import { runDelivery, waitForTailer } from './delivery.ts';
 import { CPU_NOTE, httpPoint, Loaders, type System } from './publish.ts';
@@ -40,6 +40,14 @@ async function publishToken(): Promise<string> {
     .sign(new TextEncoder().encode(BENCH_MERCURE_SECRET));
 }
 
+/** Cores the bench database's PostgreSQL backends use while nothing is sent (5 s). */
+async function idlePostgres(pid: number | undefined): Promise<number> {
+  const a = cpuMark(pid);
+  await new Promise((r) => setTimeout(r, 5000));
+  const b = cpuMark(pid);
+  return pgDelta(a, b, true) / ((b.at - a.at) / 1000);
+}
+
 /** The group commit's counters (/metrics): events written and statements committed so far. */
 async function writeCounters(port: number): Promise<{ events: number; commits: number }> {
   try {
@@ -68,6 +76,7 @@ export async function scenario7(ctx: Ctx): Promise<void> {
       'CPU srv/pg/load/all',
       'srv µs/update',
       'pg µs/update',
+      'pg net µs/update',
       'events/commit',
     ],
     rows: [],
@@ -129,12 +138,17 @@ export async function scenario7(ctx: Ctx): Promise<void> {
   // ---- publish rate
   const rates = new Map<string, Map<number, number>>(apis.map((a) => [a.name, new Map()]));
   const pgPer = new Map<string, Map<number, number>>(apis.map((a) => [a.name, new Map()]));
+  const pgNet = new Map<string, Map<number, number>>(apis.map((a) => [a.name, new Map()]));
   const loaders = new Loaders();
   try {
     for (const api of apis) {
       log(`scenario 7: ${api.name} publish warm-up`);
       await httpPoint(ctx, loaders, sys, api.path, api.body, 16, opts.warmupSec, api.headers);
     }
+    const idleCores = await idlePostgres(pid);
+    publishTable.notes.push(
+      `PostgreSQL backends while the server is idle: ${(idleCores * 1000).toFixed(1)} ms of CPU per second.`,
+    );
     for (const conns of opts.conns) {
       for (const api of apis) {
         log(`scenario 7: ${api.name} publish, ${conns} connections, ${opts.durationSec} s`);
@@ -155,6 +169,8 @@ export async function scenario7(ctx: Ctx): Promise<void> {
         rates.get(api.name)!.set(conns, p.eventsPerSec);
         const per = (sec: number | undefined) => (p.ok ? ((sec ?? Number.NaN) / p.ok) * 1e6 : Number.NaN);
         pgPer.get(api.name)!.set(conns, per(p.pgBackendSec));
+        const net = per((p.pgBackendSec ?? Number.NaN) - idleCores * (p.elapsedSec ?? Number.NaN));
+        pgNet.get(api.name)!.set(conns, net);
         publishTable.rows.push([
           api.name,
           String(conns),
@@ -166,6 +182,7 @@ export async function scenario7(ctx: Ctx): Promise<void> {
           p.cpu,
           per(p.serverSec).toFixed(0),
           per(p.pgBackendSec).toFixed(0),
+          net.toFixed(0),
           group,
         ]);
         log(
@@ -184,7 +201,12 @@ export async function scenario7(ctx: Ctx): Promise<void> {
     const m = rates.get(apis[1].name)!.get(conns);
     const pn = pgPer.get(apis[0].name)!.get(conns);
     const pm = pgPer.get(apis[1].name)!.get(conns);
-    const pg = pn && pm ? `; PostgreSQL CPU per update: Mercure = ${(pm / pn).toFixed(2)}× native` : '';
+    const qn = pgNet.get(apis[0].name)!.get(conns);
+    const qm = pgNet.get(apis[1].name)!.get(conns);
+    const pg =
+      pn && pm
+        ? `; PostgreSQL CPU per update: Mercure = ${(pm / pn).toFixed(2)}× native (net of idle: ${qn && qm ? (qm / qn).toFixed(2) : 'n/a'}×)`
+        : '';
     if (n && m)
       publishTable.notes.push(`at ${conns}: updates/s: Mercure = ${(m / n).toFixed(2)}× native${pg}`);
   }

@@ -23,6 +23,8 @@ export interface Point {
   /** CPU seconds over the point: the server's, and the bench database's PostgreSQL backends'. */
   serverSec?: number;
   pgBackendSec?: number;
+  /** Seconds between the point's CPU marks. */
+  elapsedSec?: number;
 }
 
 export interface System {
@@ -100,6 +102,7 @@ export async function httpPoint(
     ok: r.ok,
     serverSec: b.server - a.server,
     pgBackendSec: pgDelta(a, b, true),
+    elapsedSec: (b.at - a.at) / 1000,
   };
 }
 
