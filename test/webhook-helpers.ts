@@ -121,10 +121,11 @@ export class Receiver {
 
   deliveries(): Delivery[] {
     if (!existsSync(this.log)) return [];
-    return readFileSync(this.log, 'utf8')
-      .split('\n')
-      .filter((l) => l !== '')
-      .map((l) => JSON.parse(l) as Delivery);
+    // Only whole lines: the receiver may be half-way through appending one as this reads. Its line is
+    // written before it answers, so every delivery it has answered is here.
+    const lines = readFileSync(this.log, 'utf8').split('\n');
+    lines.pop();
+    return lines.filter((l) => l !== '').map((l) => JSON.parse(l) as Delivery);
   }
 
   /** Distinct webhook-ids answered 2xx, in the order first answered. */
