@@ -35,16 +35,22 @@ declare
   round_i bigint[];
   round_id bigint[];
   round_new boolean[];
+  round_lease uuid[];
+  round_exp float8[];
   got_i bigint[];
   got_id bigint[];
   got_dup boolean[];
+  got_lease uuid[];
+  got_exp float8[];
   left_i bigint[];
   done_i bigint[] := '{}';
   done_id bigint[] := '{}';
   done_dup boolean[] := '{}';
+  -- Per settled input: the lease of a job this call inserted leased (handed off), else null.
+  done_lease uuid[] := '{}';
+  done_exp float8[] := '{}';
   wake_streams text[];
   wake_datas json[];
-  handed bigint[] := '{}';  -- ids of the jobs inserted leased (hand-off)
   round int := 0;
 begin
   if n = 0 then
@@ -100,11 +106,14 @@ begin
         from commitfeed.queues q where q.name = a.queue) h
       order by a.i
       on conflict (queue, key) where key is not null and state in ('ready', 'leased', 'dead') do nothing
-      returning id
+      -- The lease comes back with the row: nothing reads commitfeed.jobs again for it (a generic
+      -- plan made while the table was small would scan the whole table for it).
+      returning id, lease, extract(epoch from lease_expires_at)::float8 * 1000 as exp
     )
-    select array(select a.i from a order by a.i), array(select a.id from a order by a.i),
-           array(select a.id in (select ins.id from ins) from a order by a.i)
-    into round_i, round_id, round_new;
+    select array_agg(a.i order by a.i), array_agg(a.id order by a.i), array_agg(ins.id is not null order by a.i),
+           array_agg(ins.lease order by a.i), array_agg(ins.exp order by a.i)
+    into round_i, round_id, round_new, round_lease, round_exp
+    from a left join ins on ins.id = a.id;
 
     -- A key that was taken: report the job holding it. This statement has a fresh snapshot, so it
     -- sees a conflicting job that a concurrent transaction just committed; if that job was acked
@@ -112,17 +121,21 @@ begin
     select array_agg(r.i order by r.i) filter (where r.id is not null),
            array_agg(r.id order by r.i) filter (where r.id is not null),
            array_agg(not r.new order by r.i) filter (where r.id is not null),
+           array_agg(r.lease order by r.i) filter (where r.id is not null),
+           array_agg(r.exp order by r.i) filter (where r.id is not null),
            array_agg(r.i order by r.i) filter (where r.id is null)
-    into got_i, got_id, got_dup, left_i
-    from (select x.i, x.new,
+    into got_i, got_id, got_dup, got_lease, got_exp, left_i
+    from (select x.i, x.new, x.lease, x.exp,
                  case when x.new then x.id
                       else (select j.id from commitfeed.jobs j
                             where j.queue = queues[x.i::int] and j.key = keys[x.i::int]
                               and j.state in ('ready', 'leased', 'dead')) end as id
-          from unnest(round_i, round_id, round_new) as x(i, id, new)) r;
+          from unnest(round_i, round_id, round_new, round_lease, round_exp) as x(i, id, new, lease, exp)) r;
     done_i := done_i || coalesce(got_i, '{}');
     done_id := done_id || coalesce(got_id, '{}');
     done_dup := done_dup || coalesce(got_dup, '{}');
+    done_lease := done_lease || coalesce(got_lease, '{}');
+    done_exp := done_exp || coalesce(got_exp, '{}');
     exit when left_i is null;
     round := round + 1;
     if round = 5 then
@@ -131,21 +144,14 @@ begin
     pending := array(select g.i = any(left_i) from generate_series(1, n) as g(i));
   end loop;
 
-  if cardinality(array_remove(leases, null)) > 0 then
-    -- A job this call inserted that is leased already was handed off (nobody else sees it before COMMIT).
-    handed := array(select j.id from unnest(done_id, done_dup) as d(id, dup)
-                    join commitfeed.jobs j on j.id = d.id
-                    where not d.dup and j.state = 'leased');
-  end if;
-
   -- One wake-up per queue that got jobs left ready, in the order of each queue's first new job.
   select array_agg('queue/' || w.queue order by w.first),
          array_agg(format('{"jobs":%s}', w.jobs)::json order by w.first)
   into wake_streams, wake_datas
   from (select q.queue, count(*) as jobs, min(q.i) as first
-        from unnest(done_i, done_id, done_dup) as d(i, id, dup)
+        from unnest(done_i, done_dup, done_lease) as d(i, dup, lease)
         join unnest(queues) with ordinality as q(queue, i) on q.i = d.i
-        where not d.dup and not d.id = any(handed)
+        where not d.dup and d.lease is null
         group by q.queue) w;
   if wake_streams is not null then
     perform commitfeed.append_unchecked(wake_streams, array_fill('enqueued'::text, array[cardinality(wake_streams)]),
@@ -154,10 +160,10 @@ begin
 
   -- A handed-off job's lease goes to its own input only, never to a repeat of its key in the call.
   return query
-    select d.id, d.dup or f.first <> f.i, j.lease, extract(epoch from j.lease_expires_at)::float8 * 1000
+    select d.id, d.dup or f.first <> f.i,
+           case when f.first = f.i then d.lease end, case when f.first = f.i then d.exp end
     from unnest(firsts) with ordinality as f(first, i)
-    join unnest(done_i, done_id, done_dup) as d(i, id, dup) on d.i = f.first
-    left join commitfeed.jobs j on j.id = d.id and f.first = f.i and not d.dup and j.id = any(handed)
+    join unnest(done_i, done_id, done_dup, done_lease, done_exp) as d(i, id, dup, lease, exp) on d.i = f.first
     order by f.i;
 end
 $fn$;
