@@ -89,7 +89,10 @@ const claimSql = (locked: boolean) =>
           lease_expires_at = null,
           last_error = 'lease expired'
       where j.id in (select x.id from commitfeed.jobs x
-                     where x.queue = $1 and x.state = 'leased' and x.lease_expires_at <= clock_timestamp()
+                     -- statement_timestamp(), not clock_timestamp(): a stable value bounds the index
+                     -- range (a volatile one is a filter over every lease of the queue); a lease
+                     -- that expires during the statement is released by the next claim.
+                     where x.queue = $1 and x.state = 'leased' and x.lease_expires_at <= statement_timestamp()
                      for update skip locked)
       returning j.state
     ), cfg as (
@@ -189,8 +192,10 @@ const NEXT_DUE_SQL = prepared(`
                    select count(*) from commitfeed.jobs x
                    where x.queue = $1 and x.state = 'leased' and x.lease_expires_at > clock_timestamp())) as now,
            extract(epoch from least(
+             -- Stable, so it bounds the index range: with clock_timestamp() this walked every
+             -- ready job already due (3 ms beside 20,000 of them) to find the first one not due.
              (select min(x.run_at) from commitfeed.jobs x
-              where x.queue = $1 and x.state = 'ready' and x.run_at > clock_timestamp()),
+              where x.queue = $1 and x.state = 'ready' and x.run_at > statement_timestamp()),
              (select min(x.lease_expires_at) from commitfeed.jobs x where x.queue = $1 and x.state = 'leased')
            ))::float8 * 1000 as due
     from cfg`);
