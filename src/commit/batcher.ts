@@ -32,8 +32,9 @@ export interface BatcherOptions<I, R> {
   maxEvents: number;
   /** Writes in flight at once: while one commits, the next can already insert. */
   maxInflight?: number;
-  /** Called after every successful commit (pokes the local tailer without waiting for NOTIFY). */
-  onCommit?: () => void;
+  /** Called after every successful commit with its results (pokes the local tailer without waiting
+   * for NOTIFY, when the write put rows in the feed). */
+  onCommit?: (results: readonly R[]) => void;
   /** The grouped write. */
   write: GroupWrite<I, R>;
 }
@@ -107,7 +108,7 @@ export class Batcher<I, R> {
       this.stats.statements++;
       this.stats.events += events.length;
       this.stats.requests += group.length;
-      this.opts.onCommit?.();
+      this.opts.onCommit?.(results);
       let i = 0;
       for (const p of group) {
         p.resolve(results.slice(i, i + p.events.length));

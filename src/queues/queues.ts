@@ -31,7 +31,7 @@ import {
   type LeaseRef,
   type NackResult,
   type SettleResult,
-  ackJobs,
+  ackJobsWaking,
   nackJob,
 } from './settle.ts';
 import { Wakeups } from './wakeups.ts';
@@ -58,14 +58,22 @@ export class Queues {
     this.enqueuer = new Batcher(opts.db, {
       maxEvents: opts.batchMaxJobs,
       write: (db, jobs) => enqueueHandingOff(db, jobs, this.wakeups),
-      // Our own commit: read the feed now rather than waiting for the NOTIFY to come back.
-      onCommit: () => this.feed.tailer.wake(),
+      // Our own commit: read the feed now rather than waiting for the NOTIFY to come back — if it
+      // wrote a wake-up row: a group whose jobs were all handed off or duplicates wrote none, and a
+      // read for nothing costs a statement per enqueue.
+      onCommit: (results) => {
+        if (results.some((r) => !r.duplicate && !r.handedOff)) this.feed.tailer.wake();
+      },
     });
-    // An ack that releases an ordered group or a concurrency slot writes a wake-up row.
+    // Only an ack that releases an ordered group or a concurrency slot writes a wake-up row, and
+    // only then is there something for the tailer to read (most acks: no row, no read).
     this.acker = new Batcher(opts.db, {
       maxEvents: 5000,
-      write: ackJobs,
-      onCommit: () => this.feed.tailer.wake(),
+      write: async (db, items) => {
+        const { results, woke } = await ackJobsWaking(db, items);
+        if (woke) this.feed.tailer.wake();
+        return results;
+      },
     });
   }
 

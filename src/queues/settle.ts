@@ -67,7 +67,16 @@ const ACK_SQL = prepared(`
  * claimers on every replica look again. Other acks write no feed row and notify nobody.
  */
 export async function ackJobs(db: Db, items: readonly AckItem[]): Promise<SettleResult[]> {
-  const { rows } = await db.executeQuery<{ id: string }>(
+  return (await ackJobsWaking(db, items)).results;
+}
+
+/** ackJobs, also telling whether the statement wrote a `released` wake-up row (`woke`): only then
+ * has the feed something new for this process's tailer to read. */
+export async function ackJobsWaking(
+  db: Db,
+  items: readonly AckItem[],
+): Promise<{ results: SettleResult[]; woke: boolean }> {
+  const { rows } = await db.executeQuery<{ id: string; woke: string }>(
     CompiledQuery.raw(ACK_SQL, [
       items.map((i) => i.id),
       items.map((i) => i.lease),
@@ -83,12 +92,13 @@ export async function ackJobs(db: Db, items: readonly AckItem[]): Promise<Settle
     settled.add(i.id);
     return true;
   });
-  if (ok.every(Boolean)) return items.map(() => OK);
+  const woke = rows.length > 0 && Number(rows[0].woke) > 0;
+  if (ok.every(Boolean)) return { results: items.map(() => OK), woke };
   const why = await whyNot(
     db,
     items.filter((_, n) => !ok[n]),
   );
-  return items.map((i, n) => (ok[n] ? OK : why(i)));
+  return { results: items.map((i, n) => (ok[n] ? OK : why(i))), woke };
 }
 
 const UNLEASE_SQL = prepared(`
