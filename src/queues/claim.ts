@@ -123,17 +123,22 @@ const claimSql = (locked: boolean) =>
       update commitfeed.jobs j
       set state = 'leased', attempt = j.attempt + 1, lease = gen_random_uuid(),
           lease_expires_at = clock_timestamp() + make_interval(secs => $3::float8)
-      from picked where j.id = picked.id
+      -- By primary key: a generic plan does not know the LIMIT above and joined picked by a hash
+      -- over the whole table (a sequential scan per claim).
+      where j.id = any(array(select picked.id from picked))
       returning j.id, j.payload, j.attempt, j.max_attempts, j.lease, j.lease_expires_at, j.priority, j.run_at
     )
     select c.id::text as id, c.payload::text as payload, c.attempt, c.max_attempts, c.lease::text as lease,
            extract(epoch from c.lease_expires_at)::float8 * 1000 as expires_ms,
            (select count(*) from reaped)::int4 as reaped,
            (select count(*) from reaped where reaped.state = 'dead')::int4 as reaped_dead,
-           -- The snapshot still shows the claimed rows as ready: more than max means some are left.
-           (select count(*) from (select 1 from commitfeed.jobs x
-                                  where x.queue = $1 and x.state = 'ready' and x.run_at <= clock_timestamp()
-                                  limit $2::int4 + 1) m) > $2::int4 as more,
+           -- The snapshot still shows the claimed rows as ready: one ready and not picked is more.
+           -- (A count up to max + 1 was a sequential scan in the generic plan, whose LIMIT is unknown;
+           -- ordered as the claim index is, with a fixed LIMIT, this reads that index.)
+           (select x.id from commitfeed.jobs x
+            where x.queue = $1 and x.state = 'ready' and x.run_at <= clock_timestamp()
+              and x.id <> all(array(select picked.id from picked))
+            order by x.priority, x.run_at, x.id limit 1) is not null as more,
            (select limited from room) as limited
     from (select 1) one left join claimed c on true
     order by c.priority, c.run_at, c.id`);

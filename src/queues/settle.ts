@@ -31,7 +31,12 @@ const ACK_SQL = prepared(`
           lease = null, lease_expires_at = null
       from unnest($1::int8[], $2::text[], $3::text[], $4::json[])
            as a(id, lease, queue, result)
-      where j.id = a.id and j.queue = a.queue and j.state = 'leased' and j.lease::text = a.lease
+      -- "(...) is true": the same test, but one that does not let the planner pick the partial index
+      -- of leased jobs (jobs_lease_idx, which also holds every lease ended since the last vacuum, and
+      -- whose statistics are often stale): each job is found by its primary key, whatever the table
+      -- held when this prepared statement was planned (a full scan of that index per ack was
+      -- measured at 11 ms per ack of 10 while 20,000 jobs drained).
+      where j.id = a.id and j.queue = a.queue and (j.state = 'leased') is true and j.lease::text = a.lease
         and j.lease_expires_at > clock_timestamp()
       returning j.id, j.queue, j.group_key
     ), counted as (
