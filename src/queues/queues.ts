@@ -18,6 +18,7 @@
  */
 import type { Kysely } from 'kysely';
 import { Batcher } from '../commit/batcher.ts';
+import { analyzeChanged } from '../retention/partitions.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type CancelResult, cancelJob, retryDead, setConcurrency, setPaused } from './admin.ts';
@@ -43,6 +44,9 @@ export interface QueuesOptions {
   batchMaxJobs: number;
 }
 
+/** Jobs this process enqueues between two statistics checks (see `grown`). */
+const STATS_CHECK_JOBS = 256;
+
 export class Queues {
   readonly enqueuer: Batcher<CheckedJobInput, EnqueueOutcome>;
   readonly acker: Batcher<AckItem, SettleResult>;
@@ -50,6 +54,8 @@ export class Queues {
   readonly counters = new QueueCounters();
   readonly db: Kysely<Database>;
   readonly feed: Feed;
+  private enqueuedSinceCheck = 0;
+  private statsCheck: Promise<void> | undefined;
 
   constructor(opts: QueuesOptions) {
     this.db = opts.db;
@@ -89,7 +95,33 @@ export class Queues {
         now.set(jobs[i].queue, (now.get(jobs[i].queue) ?? 0) + 1);
     }
     for (const [queue, n] of now) this.wakeups.committed(queue, n);
+    this.grown(jobs.length);
     return results;
+  }
+
+  /**
+   * A jobs table swings between empty and large, and the statistics of an emptied (vacuumed) one
+   * say "no rows" whatever it holds later; the claim, ack and enqueue statements are prepared, and
+   * their plans, made against those statistics (sequential scans, nested loops over them), are kept
+   * until the statistics change. Measured: 5–30 ms of PostgreSQL CPU per job, where 1 ms is normal,
+   * at 200 jobs/s into a queue refilled after a vacuum (bench/RESULTS.md, "Queues: where a job's
+   * time goes"). So every STATS_CHECK_JOBS jobs enqueued here, the tables that doubled since their
+   * last ANALYZE are analysed (the janitor's 10-second check, without waiting for it, and where the
+   * janitor is off); new statistics make every connection plan its statements again. One check at a
+   * time; a failed one is ignored (the next comes STATS_CHECK_JOBS jobs later).
+   */
+  private grown(jobs: number): void {
+    this.enqueuedSinceCheck += jobs;
+    if (this.enqueuedSinceCheck < STATS_CHECK_JOBS || this.statsCheck) return;
+    this.enqueuedSinceCheck = 0;
+    this.statsCheck = analyzeChanged(this.db, 1000, 'doubled').then(
+      () => {
+        this.statsCheck = undefined;
+      },
+      () => {
+        this.statsCheck = undefined;
+      },
+    );
   }
 
   /** Claims jobs, waiting up to `waitSeconds` for some to become available (long-poll.ts). */
@@ -147,7 +179,7 @@ export class Queues {
   /** Releases waiting claims and finishes queued enqueues and acks. */
   async close(): Promise<void> {
     this.releaseWaiters();
-    await Promise.all([this.enqueuer.close(), this.acker.close()]);
+    await Promise.all([this.enqueuer.close(), this.acker.close(), this.statsCheck]);
   }
 
   /** Answers waiting claims now (they return no jobs); enqueues and acks still go through until close(). */
