@@ -11,7 +11,7 @@
 //
 //   npx tsx bench/queue-profile.ts --help
 import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { loadavg } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { benchFile } from './lib/context.ts';
@@ -74,7 +74,7 @@ const LAT_JOBS = Number(v['latency-jobs'] ?? 1000);
 const TOP = Number(v.top ?? 6);
 const ADMIN = 'postgres://postgres@127.0.0.1:5432/postgres';
 const URL = `postgres://postgres@127.0.0.1:5432/${DB}`;
-const COUNTS = benchFile(`.logs/statement-counts-${process.pid}`);
+const COUNTS = `${tmpdir()}/commitfeed-statement-counts-${process.pid}`;
 const HOOK = benchFile('lib/count-statements.mjs');
 const say = (m: string) => process.stderr.write(`${m}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -259,8 +259,18 @@ async function main(): Promise<void> {
           .join(' ');
         say(`round ${round} ${measure} ${system} (load ${la})`);
         const a = await mark(admin, server.pid!, w.cp.pid!);
-        const r = await w.run<MeasureResult>(measureOf(measure, queue), 400_000);
+        // Backends that come and go within the measure (graphile-worker's runner opens a pool per
+        // run) are seen by sampling: each counts up to its last sample.
+        const seen = new Map(a.backends);
+        const sampler = setInterval(() => {
+          for (const [pid, sec] of backendCpu()) seen.set(pid, sec);
+        }, 100);
+        const r = await w
+          .run<MeasureResult>(measureOf(measure, queue), 400_000)
+          .finally(() => clearInterval(sampler));
         const b = await mark(admin, server.pid!, w.cp.pid!);
+        for (const [pid, sec] of b.backends) seen.set(pid, sec);
+        b.backends = seen;
         rows.push(perJob(system, measure, round, a, b, r, la));
         await w.run({ kind: 'purge', queue }, 300_000);
       }
