@@ -45,7 +45,18 @@ t.test('counters follow publishes, SSE connections and delivered frames', async 
   t.ok((sample(text, 'commitfeed_pg_pool_connections', '{state="total"}') ?? 0) >= 1, 'pool state');
   t.equal(sample(text, 'commitfeed_feed_lag_seconds'), 0, 'caught up: no lag');
   t.equal(sample(text, 'commitfeed_horizon_stall_seconds'), 0, 'no stall');
-  t.equal(sample(text, 'commitfeed_sse_slow_dropped_total'), 0);
+  for (const reason of ['timeout', 'in_flight', 'total']) {
+    t.equal(
+      sample(text, 'commitfeed_sse_slow_dropped_total', `{reason="${reason}"}`),
+      0,
+      `no ${reason} drops`,
+    );
+  }
+  t.ok(
+    sample(text, 'commitfeed_sse_in_flight_bytes', '{where="kernel"}') !== undefined,
+    'kernel bytes in flight',
+  );
+  t.ok(sample(text, 'commitfeed_sse_sweep_seconds_total') !== undefined, 'the sweep costs');
   t.ok(text.includes('commitfeed_process_resident_memory_bytes'), 'process metrics');
   // The test servers' floor trails by 50ms: it is proved within a mark (each second) and a read.
   let floorAge = -1;

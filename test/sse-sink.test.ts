@@ -1,11 +1,15 @@
 // The SSE sink over a raw Node response (src/http/sse.ts). Its write hands each frame to the socket
 // at once instead of leaving it corked until the next tick: a fan-out writes to every subscriber in
 // one tick, and frames held that long are promoted to the old generation (the memory per connection
-// measured in bench/RESULTS.md). Backpressure must still reach the hub.
+// measured in bench/RESULTS.md). Backpressure must still reach the hub. What the slow-reader sweep
+// reads of the socket (its bytes in flight) counts each byte once, and its reset frees the kernel's
+// queue at once.
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { type IncomingMessage, type ServerResponse, createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
+import { parseSendQueues } from '../src/feed/send-queues.ts';
 import { SSE_HEADERS, responseSink } from '../src/http/sse.ts';
 
 /** A server whose one response is an open SSE stream, and the client's side of it. */
@@ -94,5 +98,61 @@ t.test(
     t.ok(text.endsWith('data: last\n\n'), 'the closing frame is the last thing the client reads');
     t.notOk(text.includes('after end'), 'nothing after end reaches the client');
     t.ok(res.writableEnded, 'the response is ended');
+  },
+);
+
+/** The server sockets' send queues now (inode → bytes), and whether `inode` is listed at all. */
+function kernelTable(inode: number): { queued: number; listed: boolean } {
+  const queues = new Map<number, number>();
+  const table = readFileSync('/proc/net/tcp', 'latin1');
+  parseSendQueues(table, queues);
+  return { queued: queues.get(inode) ?? 0, listed: new RegExp(` ${inode} `).test(table) };
+}
+
+t.test(
+  "bytes in flight: Node's unsent bytes and the kernel's queue, each counted once; a reset frees the queue at once",
+  { skip: process.platform !== 'linux' && 'the kernel queue is read from /proc/net/tcp' },
+  async (t) => {
+    const { res, sink, client } = await openStream(t);
+    const socket = res.socket;
+    if (!socket) throw new Error('the response has no socket');
+    client.socket.pause();
+    // One large write the kernel takes in part (as a fan-out's page to a full socket), then more.
+    sink.write(`data: ${'x'.repeat(4 * 1024 * 1024)}\n\n`);
+    for (let i = 0; i < 4; i++) sink.write(`data: ${'y'.repeat(8 * 1024)}\n\n`);
+    const { inode } = sink.socketId();
+    t.ok(inode > 0, 'the socket has an inode');
+    // Let the kernel settle: the client's window fills, then nothing moves.
+    let last = -1;
+    for (let i = 0; i < 50 && kernelTable(inode).queued !== last; i++) {
+      last = kernelTable(inode).queued;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const { queued } = kernelTable(inode);
+    const { unsent, handed } = sink.socketBytes();
+    t.ok(queued > 64 * 1024, `the kernel holds a queue (${queued} bytes)`);
+    t.ok(unsent > 0, `and Node the rest (${unsent} bytes)`);
+    t.equal(unsent + handed, socket.bytesWritten, 'what Node holds and what the kernel took: all of it');
+    const acked = handed - queued;
+    t.ok(acked >= 0 && acked < 8 * 1024 * 1024, `the client acknowledged ${acked} bytes (into its buffer)`);
+    t.ok(
+      unsent + queued <= socket.bytesWritten,
+      `in flight (${unsent + queued}) counts the partly taken write once (writableLength: ${res.writableLength})`,
+    );
+
+    // Node's HTTP client reports the reset on the response (aborted, then an ECONNRESET error).
+    const reset = new Promise<string | undefined>((resolve) => {
+      client.on('error', (err: NodeJS.ErrnoException) => resolve(err.code));
+      client.on('end', () => resolve('end'));
+      client.on('close', () => resolve(undefined));
+    });
+    sink.reset();
+    // Closed with a FIN instead, it would stay listed in FIN_WAIT1 with its queue while the client
+    // does not read (minutes).
+    for (let i = 0; i < 50 && kernelTable(inode).listed; i++) await new Promise((r) => setTimeout(r, 10));
+    t.equal(kernelTable(inode).listed, false, 'the server side is gone from the kernel table at once');
+    client.resume();
+    client.socket.resume();
+    t.equal(await reset, 'ECONNRESET', 'the client sees a reset, not an end of stream');
   },
 );

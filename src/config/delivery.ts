@@ -33,10 +33,22 @@ export const DELIVERY_SETTINGS = {
   ),
   slowSubscriberMaxMs: duration(
     'SLOW_SUBSCRIBER_TIMEOUT',
-    '30s',
+    '10s',
     100,
-    'An SSE subscriber whose socket has accepted no bytes for this long is dropped; every frame it received carries an id, so it resumes with Last-Event-ID and loses nothing. Bounds memory per client.',
+    'An SSE subscriber whose socket has stayed full this long (a client that stopped reading, or takes only a trickle) is dropped with a TCP reset; every frame it received carries an id, so it resumes with Last-Event-ID and loses nothing (docs/operations.md#slow-readers).',
     { max: MAX_SETTING_MS },
+  ),
+  sseMaxInFlightBytes: int(
+    'SSE_MAX_IN_FLIGHT_BYTES',
+    1024 * 1024,
+    16 * 1024,
+    "Bytes one SSE connection may have in flight (written by the service, not yet acknowledged by the client: Node's buffer plus the kernel's send queue); a connection over it that acknowledges less than this per second is dropped with a reset, and resumes with Last-Event-ID.",
+  ),
+  sseMaxTotalInFlightBytes: int(
+    'SSE_MAX_TOTAL_IN_FLIGHT_BYTES',
+    128 * 1024 * 1024,
+    64 * 1024,
+    'Bytes all SSE connections of a process may have in flight together; over it, the connections furthest behind are dropped with a reset until the sum is under it (they resume with Last-Event-ID). The bound on what readers that never read can cost, kernel send queues included.',
   ),
   batchMaxEvents: int(
     'BATCH_MAX_EVENTS',

@@ -4,8 +4,11 @@
  * position, in the same tick as the check, so no event is missed or repeated: once at the tail, every
  * later event reaches the subscriber through the hub's fan-out. A page arrives as chunks of frames
  * (built by PostgreSQL when it comes from the table: catch-up-reads.ts, or by the subscriber's
- * Selection) and is written whole, so memory per subscriber stays about one page; a full socket
- * pauses the loop until it drains. While one page is written, the next is already being read.
+ * Selection); a chunk waits for the subscriber's byte budget (slow-readers.ts), and a chunk that
+ * finds the socket full waits for it to drain before the next, so Node holds about one chunk past
+ * a full socket and the page itself stays the loop's (memory per subscriber: about one page, plus
+ * the one read ahead). While one page is written, the next is
+ * already being read.
  *
  * Lifecycle: one loop per subscriber at a time (`pumping`), started by the hub when it subscribes
  * and again when a live subscriber's full socket drains; it ends at the tail, or when the
@@ -29,6 +32,11 @@ export interface CatchUpOptions {
   stats: { frames: number };
   /** Ends the subscriber in the hub (a `reset` that ends the stream, a failed read). */
   unsubscribe(sub: Subscriber): void;
+  /** Whether the subscriber has a byte budget left, whether `bytes` may be written to it now (counted
+   * if so), and when it may be written again (slow-readers.ts). */
+  ready(sub: Subscriber): boolean;
+  admit(sub: Subscriber, bytes: number): boolean;
+  granted(sub: Subscriber): Promise<void>;
 }
 
 export class CatchUp {
@@ -49,6 +57,11 @@ export class CatchUp {
           sub.live = true;
           return;
         }
+        // A subscriber on hold waits here, holding no page (thousands of stalled ones may wait).
+        if (ahead === undefined && !this.opts.ready(sub)) {
+          await this.opts.granted(sub);
+          continue;
+        }
         const page = await (ahead !== undefined && compareCursors(ahead.after, sub.cursor) === 0
           ? ahead.page
           : this.readPage(sub, sub.cursor));
@@ -60,19 +73,20 @@ export class CatchUp {
           sub.cursor = page.position;
           continue;
         }
-        if (page.more) {
+        if (page.more && this.opts.ready(sub)) {
           ahead = { after: page.position, page: this.readPage(sub, page.position) };
           ahead.page.catch(() => {}); // an unused read-ahead must not be an unhandled rejection
         }
         this.opts.stats.frames += page.count;
-        let ok = true;
-        for (const chunk of page.chunks) ok = sub.sink.write(chunk) && ok;
-        sub.cursor = maxCursor(sub.cursor, page.position);
-        if (!ok) {
+        for (const chunk of page.chunks) {
+          while (!sub.closed && !this.opts.admit(sub, chunk.length)) await this.opts.granted(sub);
+          if (sub.closed) return;
+          if (sub.sink.write(chunk)) continue;
           sub.blockedSince = Date.now();
           await sub.sink.drained();
           sub.blockedSince = 0;
         }
+        sub.cursor = maxCursor(sub.cursor, page.position);
       }
     } catch (err) {
       this.opts.log.warn({ err: (err as Error).message }, 'catch-up read failed; closing subscriber');

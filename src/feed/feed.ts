@@ -35,7 +35,10 @@ export interface FeedOptions {
   tailFloorMarginMs?: number;
   heartbeatMs: number;
   sseRetryMs: number;
+  /** The slow-reader limits (hub.ts, slow-readers.ts). */
   slowSubscriberMaxMs?: number;
+  sseMaxInFlightBytes?: number;
+  sseMaxTotalInFlightBytes?: number;
   /** Streaming standbys for the tailer's and catch-up reads (READ_DATABASE_URL; see reads.ts). */
   standbys?: readonly StandbyDb[];
   /** READ_LAG_WAIT: how long a read waits for a standby's replay before going to the primary. */
@@ -89,6 +92,8 @@ export class Feed {
       heartbeatMs: opts.heartbeatMs,
       sseRetryMs: opts.sseRetryMs,
       slowSubscriberMaxMs: opts.slowSubscriberMaxMs,
+      sseMaxInFlightBytes: opts.sseMaxInFlightBytes,
+      sseMaxTotalInFlightBytes: opts.sseMaxTotalInFlightBytes,
       log: opts.log,
     });
     this.batcher = new Batcher(opts.db, {

@@ -10,9 +10,12 @@
  * is bounded by one page whatever the publish rate. Long-polls and in-process listeners wait here
  * for the events of their streams too.
  *
- * A subscriber whose socket takes no bytes for `slowSubscriberMaxMs` (a client that stopped reading)
- * is dropped by a periodic sweep: every frame it was sent carries its id, so it resumes from the last
- * one it actually received and loses nothing, and the server holds no buffer for it any longer.
+ * A subscriber that reads too slowly, or not at all, is dropped with a reset by the slow-reader
+ * sweep (slow-readers.ts: its socket full for too long, too many bytes in flight, or all SSE
+ * connections' bytes in flight over their cap): every frame it was sent carries its id, so it resumes
+ * from the last one it actually received and loses nothing, and neither Node nor the kernel holds a
+ * buffer for it any longer. A subscriber closed or dropped while a page is fanned out is handed
+ * nothing more, even what was gathered for it earlier in that page.
  *
  * Lifecycle: one hub per process, created with the tailer; its heartbeat and sweep run on unref'd
  * intervals. `close(chunk)` stops them, writes `chunk` (a `retry:` hint) to every subscriber, ends
@@ -22,6 +25,7 @@ import { CatchUp } from './catch-up.ts';
 import { type Cursor, compareCursors } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 import { namedSseFrame, sseFrame } from './frames.ts';
+import { SlowReaders } from './slow-readers.ts';
 import { type Selection, type Sink, Subscriber } from './subscriber.ts';
 import type { Tailer } from './tailer.ts';
 
@@ -29,8 +33,11 @@ export interface HubOptions {
   pageSize: number;
   heartbeatMs: number;
   sseRetryMs: number;
-  /** Drop a subscriber whose socket has taken nothing for this long (default 30 s). */
+  /** SLOW_SUBSCRIBER_TIMEOUT: drop a subscriber whose socket has stayed full this long (10 s). */
   slowSubscriberMaxMs?: number;
+  /** SSE_MAX_IN_FLIGHT_BYTES (1 MiB) and SSE_MAX_TOTAL_IN_FLIGHT_BYTES (128 MiB): slow-readers.ts. */
+  sseMaxInFlightBytes?: number;
+  sseMaxTotalInFlightBytes?: number;
   log: { warn(obj: object, msg?: string): void };
 }
 
@@ -44,12 +51,11 @@ export class Hub {
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly listeners = new Map<string, Set<(e: FeedEvent) => void>>();
   private readonly heartbeat: NodeJS.Timeout;
-  private readonly sweeper: NodeJS.Timeout;
-  /** Dropped slow subscribers whose sockets still have to be destroyed (by the next sweep). */
-  private readonly dropping = new Set<Subscriber>();
   /** delivered: live fan-out writes; frames: event frames written (live and catch-up); dropped: slow
-   * subscribers cut off. Read by /metrics at scrape time. */
+   * subscribers cut off (by reason: `slow.stats`). Read by /metrics at scrape time. */
   readonly stats = { delivered: 0, frames: 0, dropped: 0 };
+  /** The slow-reader sweep: bytes in flight, drops by reason. */
+  readonly slow: SlowReaders;
   private readonly catchUp: CatchUp;
 
   constructor(
@@ -62,12 +68,20 @@ export class Hub {
       log: opts.log,
       stats: this.stats,
       unsubscribe: (sub) => this.unsubscribe(sub),
+      ready: (sub) => this.slow.ready(sub),
+      admit: (sub, bytes) => this.slow.admit(sub, bytes),
+      granted: (sub) => this.slow.granted(sub),
     });
     this.heartbeat = setInterval(() => this.beat(), opts.heartbeatMs);
     this.heartbeat.unref();
-    const slowMs = opts.slowSubscriberMaxMs ?? 30000;
-    this.sweeper = setInterval(() => this.sweep(slowMs), Math.max(25, Math.min(1000, slowMs >>> 2)));
-    this.sweeper.unref();
+    this.slow = new SlowReaders({
+      slowMs: opts.slowSubscriberMaxMs ?? 10_000,
+      maxInFlight: opts.sseMaxInFlightBytes ?? 1024 * 1024,
+      maxTotalInFlight: opts.sseMaxTotalInFlightBytes ?? 128 * 1024 * 1024,
+      subscribers: () => this.all,
+      drop: (sub) => this.drop(sub),
+      log: opts.log,
+    });
   }
 
   get subscriberCount(): number {
@@ -82,6 +96,7 @@ export class Hub {
   /** Starts delivering events of `streams` after `cursor` to `sink`. */
   subscribe(streams: readonly string[], cursor: Cursor, sink: Sink, selection?: Selection): Subscriber {
     const sub = new Subscriber(streams, cursor, sink, selection);
+    sub.budget = this.slow.firstBudget;
     this.all.add(sub);
     this.tailer.hurry();
     if (selection?.allStreams) this.everyStream.add(sub);
@@ -108,10 +123,14 @@ export class Hub {
     }
   }
 
-  /** Called by the tailer with each new page, in feed order. */
+  /**
+   * Called by the tailer with each new page, in feed order. The frames gathered for each subscriber
+   * are written once the page is offered, even when a listener throws part-way (the error still
+   * reaches the tailer): left gathered, they would never be written, and every later frame for that
+   * subscriber would pile up behind them.
+   */
   onEvents(events: readonly FeedEvent[]): void {
     const touched: Subscriber[] = [];
-    let frames = 0;
     const offer = (sub: Subscriber, e: FeedEvent) => {
       if (!sub.live || compareCursors(e, sub.cursor) <= 0) return;
       let frame: string;
@@ -119,34 +138,55 @@ export class Hub {
       if (sub.selection === undefined) frame = sub.named ? namedSseFrame(e) : sseFrame(e);
       else if (sub.selection.accepts(e)) frame = sub.selection.frame(e);
       else return;
-      if (sub.pending === '') touched.push(sub);
-      sub.pending += frame;
-      sub.cursor = e;
-      frames++;
-    };
-    for (const e of events) {
-      const subs = this.byStream.get(e.stream);
-      if (subs !== undefined) for (const sub of subs) offer(sub, e);
-      if (this.everyStream.size > 0) for (const sub of this.everyStream) offer(sub, e);
-      const ws = this.waiters.get(e.stream);
-      if (ws !== undefined) for (const w of ws) this.release(w);
-      const ls = this.listeners.get(e.stream);
-      if (ls !== undefined) for (const l of ls) l(e);
-    }
-    this.stats.frames += frames;
-    for (const sub of touched) {
-      const chunk = sub.pending;
-      sub.pending = '';
-      this.stats.delivered++;
-      if (!sub.sink.write(chunk)) {
-        // Full socket: leave the live set; catch up from the cursor once it drains.
-        sub.live = false;
-        sub.blockedSince = Date.now();
-        void sub.sink.drained().then(() => {
-          sub.blockedSince = 0;
-          return this.catchUp.run(sub);
-        });
+      if (sub.pending === '') {
+        touched.push(sub);
+        sub.pendingFrom = sub.cursor;
+        sub.pendingFrames = 0;
       }
+      sub.pending += frame;
+      sub.pendingFrames++;
+      sub.cursor = e;
+    };
+    try {
+      for (const e of events) {
+        const subs = this.byStream.get(e.stream);
+        if (subs !== undefined) for (const sub of subs) offer(sub, e);
+        if (this.everyStream.size > 0) for (const sub of this.everyStream) offer(sub, e);
+        const ws = this.waiters.get(e.stream);
+        if (ws !== undefined) for (const w of ws) this.release(w);
+        const ls = this.listeners.get(e.stream);
+        if (ls !== undefined) for (const l of ls) l(e);
+      }
+    } finally {
+      for (const sub of touched) this.flush(sub);
+    }
+  }
+
+  /**
+   * Writes what a page gathered for `sub`, unless it was closed or dropped since (a listener), or its
+   * byte budget is spent (slow-readers.ts): then nothing of the page is written, and it catches up
+   * from before the page once a sweep grants it more, as after a full socket.
+   */
+  private flush(sub: Subscriber): void {
+    const chunk = sub.pending;
+    sub.pending = '';
+    if (sub.closed) return;
+    if (!this.slow.admit(sub, chunk.length)) {
+      sub.cursor = sub.pendingFrom;
+      sub.live = false;
+      void this.slow.granted(sub).then(() => this.catchUp.run(sub));
+      return;
+    }
+    this.stats.frames += sub.pendingFrames;
+    this.stats.delivered++;
+    if (!sub.sink.write(chunk)) {
+      // Full socket: leave the live set; catch up from the cursor once it drains.
+      sub.live = false;
+      sub.blockedSince = Date.now();
+      void sub.sink.drained().then(() => {
+        sub.blockedSince = 0;
+        return this.catchUp.run(sub);
+      });
     }
   }
 
@@ -204,44 +244,21 @@ export class Hub {
     w.wake();
   }
 
-  /**
-   * Drops subscribers whose socket has been full, taking no bytes, for longer than `slowMs` (one that
-   * drains its buffer at all, however slowly, restarts the clock). The ones dropped by the
-   * previous sweep are destroyed now: `end()` gave a client that is merely slow the chance to read
-   * the rest and the `retry:` hint; one that is not reading at all holds nothing after this.
-   */
-  private sweep(slowMs: number): void {
-    for (const sub of this.dropping) sub.sink.destroy?.();
-    this.dropping.clear();
-    const now = Date.now();
-    for (const sub of this.all) {
-      if (sub.blockedSince === 0) continue;
-      const buffered = sub.sink.buffered?.() ?? 0;
-      if (buffered < sub.lastBuffered) sub.blockedSince = now; // it took bytes since the last sweep
-      sub.lastBuffered = buffered;
-      if (now - sub.blockedSince < slowMs) continue;
-      this.stats.dropped++;
-      this.opts.log.warn(
-        {
-          streams: sub.streams.slice(0, 5),
-          cursor: `${sub.cursor.txid}-${sub.cursor.id}`,
-          blockedMs: now - sub.blockedSince,
-        },
-        'slow SSE subscriber dropped (it resumes from its last id)',
-      );
+  /** Ends a slow subscriber here and resets its connection (slow-readers.ts decides which). */
+  private drop(sub: Subscriber): void {
+    this.stats.dropped++;
+    this.unsubscribe(sub);
+    if (sub.sink.reset) sub.sink.reset();
+    else
       sub.sink.end(
         `retry: ${this.opts.sseRetryMs}\n: slow subscriber dropped; reconnect with Last-Event-ID\n\n`,
       );
-      this.unsubscribe(sub);
-      this.dropping.add(sub);
-    }
   }
 
   /** Bytes written to subscribers' sockets and not yet taken by them (scrape time only: O(subscribers)). */
   bufferedBytes(): number {
     let n = 0;
     for (const sub of this.all) n += sub.sink.buffered?.() ?? 0;
-    for (const sub of this.dropping) n += sub.sink.buffered?.() ?? 0;
     return n;
   }
 
@@ -252,9 +269,7 @@ export class Hub {
   /** Ends every subscriber with `chunk` (e.g. a `retry:` hint at shutdown). */
   close(chunk?: string): void {
     clearInterval(this.heartbeat);
-    clearInterval(this.sweeper);
-    for (const sub of this.dropping) sub.sink.destroy?.();
-    this.dropping.clear();
+    this.slow.stop();
     for (const sub of [...this.all]) {
       sub.sink.end(chunk);
       this.unsubscribe(sub);

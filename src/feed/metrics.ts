@@ -9,6 +9,7 @@ import type { Measured, Metrics } from '../metrics.ts';
 import type { Feed } from './feed.ts';
 import { horizonBlocker } from './queries/horizon-blocker.ts';
 import { feedLag } from './queries/lag.ts';
+import { DROP_REASONS } from './slow-readers.ts';
 
 export function feedMetrics(feed: Feed): Measured {
   return {
@@ -206,14 +207,37 @@ function registerHubMetrics(m: Metrics, feed: Feed): void {
     'Socket writes by the live fan-out (one per subscriber per page)',
     () => hub.stats.delivered,
   );
-  m.counter(
+  m.counters(
     'commitfeed_sse_slow_dropped_total',
-    'SSE subscribers dropped because their socket took nothing for SLOW_SUBSCRIBER_TIMEOUT',
-    () => hub.stats.dropped,
+    'SSE subscribers dropped with a reset, by reason: timeout (socket full for SLOW_SUBSCRIBER_TIMEOUT), in_flight (over SSE_MAX_IN_FLIGHT_BYTES), total (all connections over SSE_MAX_TOTAL_IN_FLIGHT_BYTES)',
+    ['reason'],
+    (add) => {
+      for (const reason of DROP_REASONS) add({ reason }, hub.slow.stats.dropped[reason]);
+    },
   );
   m.gauge(
     'commitfeed_sse_buffered_bytes',
-    'Bytes written to SSE sockets and not yet taken by the clients',
+    'Bytes written to SSE sockets and not yet taken by them (Node side, at scrape time)',
     () => hub.bufferedBytes(),
+  );
+  m.gauges(
+    'commitfeed_sse_in_flight_bytes',
+    "Bytes SSE connections have in flight (written, not acknowledged by the clients) at the last slow-reader sweep: in Node's buffers and in the kernel's send queues",
+    ['where'],
+    (set) => {
+      const { inFlight, kernelQueued } = hub.slow.stats;
+      set({ where: 'node' }, inFlight - kernelQueued);
+      set({ where: 'kernel' }, kernelQueued);
+    },
+  );
+  m.counter(
+    'commitfeed_sse_sweeps_total',
+    'Slow-reader sweeps (each reads the kernel socket tables while SSE connections exist)',
+    () => hub.slow.stats.sweeps,
+  );
+  m.counter(
+    'commitfeed_sse_sweep_seconds_total',
+    'Wall time spent in slow-reader sweeps (reading /proc/net/tcp and judging every SSE connection)',
+    () => hub.slow.stats.sweepSeconds,
   );
 }

@@ -19,10 +19,17 @@ export interface Sink {
   /** Resolves on `drain` or when the sink closes. */
   drained(): Promise<void>;
   end(chunk?: string): void;
-  /** Drops the connection at once (a subscriber that stopped reading). */
-  destroy?(): void;
+  /** Drops the connection at once with a TCP RST (a subscriber that stopped reading): the kernel
+   * frees its send queue now instead of holding it through FIN_WAIT for a peer that never reads. */
+  reset?(): void;
   /** Bytes written but not yet taken by the socket. */
   buffered?(): number;
+  /** The socket's inode, to find its send queue in the kernel's tables (0: unknown), and whether
+   * it is in the IPv6 table (slow-readers.ts). */
+  socketId?(): { readonly inode: number; readonly ipv6: boolean };
+  /** The socket's counts: `unsent`, bytes Node holds that the kernel has not taken; `handed`, bytes
+   * the kernel has taken so far (acknowledged by the client, or still in its send queue). */
+  socketBytes?(): { unsent: number; handed: number };
 }
 
 /**
@@ -46,12 +53,23 @@ export class Subscriber {
   live = false;
   closed = false;
   pumping = false;
-  /** Frames gathered for this subscriber during one fan-out. */
+  /** Frames gathered for this subscriber during one fan-out, how many, and its cursor before them. */
   pending = '';
-  /** When a write last found the socket full (0: not blocked). Read by the slow-subscriber sweep. */
+  pendingFrames = 0;
+  pendingFrom: Cursor;
+  /** When a write found the socket full, until it drains (0: not blocked). Read by the sweep. */
   blockedSince = 0;
-  /** The sink's unsent bytes at the last sweep: a client that is taking bytes is slow, not stuck. */
-  lastBuffered = 0;
+  /** When its byte budget (or all connections') stopped a write, until a sweep grants more. */
+  gatedSince = 0;
+  /** The slow-reader sweep's accounts (slow-readers.ts): bytes in flight at the last sweep (Node's
+   * unsent bytes plus the kernel's send queue), bytes the client had acknowledged by then
+   * (undefined: its sink cannot tell), bytes written since, and how many it may be written. */
+  inFlight = 0;
+  acked: number | undefined = 0;
+  sent = 0;
+  budget = Number.POSITIVE_INFINITY;
+  /** New, or it acknowledged at least SSE_MAX_IN_FLIGHT_BYTES per second: worth an early sweep. */
+  fast = true;
   readonly streamSet: ReadonlySet<string>;
   /** Its frames name their stream (a connection to several streams: see frames.ts). */
   readonly named: boolean;
@@ -64,5 +82,6 @@ export class Subscriber {
   ) {
     this.streamSet = new Set(streams);
     this.named = namesStreams(streams);
+    this.pendingFrom = cursor;
   }
 }

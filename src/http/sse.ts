@@ -12,9 +12,11 @@
  * the headers, which go out with the first body byte, so an open-ended stream would never answer.
  */
 import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { admitSse } from '../auth/sse-admission.ts';
 import type { Hub } from '../feed/hub.ts';
+import { socketInode } from '../feed/send-queues.ts';
 import type { Sink } from '../feed/subscriber.ts';
 import { unavailable } from '../errors.ts';
 import { timerDelay } from '../timers.ts';
@@ -150,12 +152,19 @@ function startResponse(reply: FastifyReply, retryMs: number, first: string): Sin
   return responseSink(res);
 }
 
+/** A socket with the internal counters socketBytes reads (absent on a closed or non-TCP socket). */
+type CountedSocket = Socket & {
+  _bytesDispatched?: number;
+  _handle?: { fd?: number; writeQueueSize?: number } | null;
+};
+
 /**
  * The hub's Sink over a response. A class rather than an object of closures: a server holding
  * 10,000 streams keeps one of these per connection, and methods on the prototype cost nothing each.
  */
 class ResponseSink implements Sink {
   private drain: Promise<void> | undefined;
+  private id: { inode: number; ipv6: boolean } | undefined;
 
   constructor(private readonly res: ServerResponse) {}
 
@@ -201,8 +210,46 @@ class ResponseSink implements Sink {
     else this.res.end();
   }
 
-  destroy(): void {
+  // An RST, not a FIN: a peer that stopped reading would keep the send queue (up to the kernel's
+  // buffer, hundreds of KiB) pinned in FIN_WAIT until it reads or times out; reset, it goes now.
+  // A TLS socket has no TCP handle of its own to reset: it is destroyed (a FIN).
+  reset(): void {
+    const socket = this.res.socket;
+    if (socket && !socket.destroyed) {
+      try {
+        socket.resetAndDestroy();
+        return;
+      } catch {}
+    }
     this.res.destroy();
+  }
+
+  socketId(): { inode: number; ipv6: boolean } {
+    if (this.id === undefined) {
+      const socket = this.res.socket as CountedSocket | null;
+      this.id = { inode: socketInode(socket?._handle?.fd), ipv6: socket?.remoteFamily === 'IPv6' };
+    }
+    return this.id;
+  }
+
+  // From the socket's counters: bytesWritten is what was handed to it, _bytesDispatched of that what
+  // went to libuv, whose writeQueueSize the kernel has not taken yet. writableLength alone would
+  // count a write the kernel took in part twice (in Node's length and in the kernel's queue): a
+  // stalled socket's last big write is mostly in the kernel. bytesWritten walks Node's queued
+  // chunks, which the hub keeps short past a full socket. Without the internal counters (another
+  // Node), that double count is the fallback: an over-estimate, so drops come early, never late.
+  socketBytes(): { unsent: number; handed: number } {
+    const res = this.res;
+    const socket = res.socket as CountedSocket | null;
+    if (!socket || socket.destroyed) return { unsent: 0, handed: 0 };
+    const before = res.writableLength - socket.writableLength; // the response's own queue
+    const dispatched = socket._bytesDispatched;
+    const queued = socket._handle?.writeQueueSize;
+    if (typeof dispatched !== 'number' || typeof queued !== 'number') {
+      return { unsent: res.writableLength, handed: socket.bytesWritten - socket.writableLength };
+    }
+    const handed = dispatched - queued;
+    return { unsent: before + socket.bytesWritten - handed, handed };
   }
 
   buffered(): number {
