@@ -36,7 +36,7 @@ export interface EventsRead {
 
 /** A page of catch-up frames (see CatchUpReads.readFrames). */
 export interface FramesRead {
-  chunks: string[];
+  chunks: (string | Uint8Array)[];
   count: number;
   position: Cursor;
   more: boolean;

@@ -39,7 +39,12 @@ export interface CatchUpOptions {
   granted(sub: Subscriber): Promise<void>;
 }
 
+/** Pages kept for subscribers catching up from the same cursor (see readPage). */
+const SHARED_PAGES = 32;
+
 export class CatchUp {
+  private readonly shared = new Map<string, Promise<FramesRead>>();
+
   constructor(
     private readonly tailer: Tailer,
     private readonly opts: CatchUpOptions,
@@ -119,8 +124,27 @@ export class CatchUp {
     return false;
   }
 
+  /**
+   * A page after `after`. Subscribers of the same streams catching up from the same cursor (the
+   * ones a full socket or a byte budget held at the same page) share one read, its chunks encoded
+   * once as Buffers: a thousand of them then hold and write one copy, not a string flattened each.
+   * A page stays valid (its events are final; the next read goes on from its position), and only
+   * the last SHARED_PAGES are kept; a page with a `reset` is not shared.
+   */
   private readPage(sub: Subscriber, after: Cursor): Promise<FramesRead> {
     if (sub.selection !== undefined) return sub.selection.readPage(after, this.opts.pageSize, CHUNK_BYTES);
-    return this.tailer.readFrames(sub.streams, sub.streamSet, after, this.opts.pageSize, CHUNK_BYTES);
+    const key = `${after.txid}-${after.id}\n${sub.streams.join('\n')}`;
+    const shared = this.shared.get(key);
+    if (shared !== undefined) return shared;
+    const page = this.tailer
+      .readFrames(sub.streams, sub.streamSet, after, this.opts.pageSize, CHUNK_BYTES)
+      .then((read) => (read.reset ? read : { ...read, chunks: read.chunks.map((c) => Buffer.from(c)) }));
+    this.shared.set(key, page);
+    if (this.shared.size > SHARED_PAGES) this.shared.delete(this.shared.keys().next().value!);
+    page.then(
+      (read) => read.reset && this.shared.delete(key),
+      () => this.shared.delete(key),
+    );
+    return page;
   }
 }

@@ -96,7 +96,7 @@ export class Hub {
   /** Starts delivering events of `streams` after `cursor` to `sink`. */
   subscribe(streams: readonly string[], cursor: Cursor, sink: Sink, selection?: Selection): Subscriber {
     const sub = new Subscriber(streams, cursor, sink, selection);
-    sub.budget = this.slow.firstBudget;
+    this.slow.enroll(sub);
     this.all.add(sub);
     this.tailer.hurry();
     if (selection?.allStreams) this.everyStream.add(sub);
@@ -141,6 +141,7 @@ export class Hub {
       if (sub.pending === '') {
         touched.push(sub);
         sub.pendingFrom = sub.cursor;
+        sub.pendingFirst = e;
         sub.pendingFrames = 0;
       }
       sub.pending += frame;
@@ -158,7 +159,8 @@ export class Hub {
         if (ls !== undefined) for (const l of ls) l(e);
       }
     } finally {
-      for (const sub of touched) this.flush(sub);
+      const shared = new Map<string, Buffer>();
+      for (const sub of touched) this.flush(sub, shared);
     }
   }
 
@@ -167,10 +169,23 @@ export class Hub {
    * byte budget is spent (slow-readers.ts): then nothing of the page is written, and it catches up
    * from before the page once a sweep grants it more, as after a full socket.
    */
-  private flush(sub: Subscriber): void {
-    const chunk = sub.pending;
+  private flush(sub: Subscriber, shared: Map<string, Buffer>): void {
+    let chunk: string | Buffer = sub.pending;
     sub.pending = '';
     if (sub.closed) return;
+    // Subscribers of one stream handed the same events write one Buffer between them: a page
+    // written to 2,000 sockets that keep it unsent is held once, not flattened 2,000 times.
+    const first = sub.pendingFirst;
+    if (sub.selection === undefined && sub.streams.length === 1 && first !== undefined) {
+      const key = sub.named ? `${first.cursor}/` : first.cursor;
+      let bytes = shared.get(key);
+      if (bytes === undefined) {
+        bytes = Buffer.from(chunk);
+        shared.set(key, bytes);
+      }
+      chunk = bytes;
+    }
+    sub.pendingFirst = undefined;
     if (!this.slow.admit(sub, chunk.length)) {
       sub.cursor = sub.pendingFrom;
       sub.live = false;

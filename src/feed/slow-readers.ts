@@ -19,8 +19,9 @@
  * - a sweep drops, with a TCP RST (the kernel frees the queue at once), a subscriber
  *   `timeout`: stuck (its socket full, or on hold with its own budget spent) for
  *   SLOW_SUBSCRIBER_TIMEOUT;
- *   `in_flight`: SSE_MAX_IN_FLIGHT_BYTES in flight while it is not reading (it acknowledged less
- *   than 1/16 of that per second, and less than half of what it had in flight at the last sweep);
+ *   `in_flight`: all of its allowance in flight (a quarter of SSE_MAX_IN_FLIGHT_BYTES at least) while
+ *   it is not reading (it acknowledged less than 1/16 of the cap per second, and less than half of
+ *   what it had in flight at the last sweep);
  *   `total`: over 3/4 of the total in flight, every one that is not reading, then the most in
  *   flight until the rest is under it, leaving room for the readers that keep up.
  * Every frame a client received carries its id, so it resumes with Last-Event-ID and loses nothing.
@@ -76,6 +77,8 @@ export class SlowReaders {
   private written = 0;
   private lastAt = 0;
   private running = false;
+  private current: Promise<void> = Promise.resolve();
+  private again: Promise<void> | undefined;
   private readonly everyMs: number;
   private readonly timer: NodeJS.Timeout;
   private early: NodeJS.Timeout | undefined;
@@ -89,9 +92,10 @@ export class SlowReaders {
     this.timer.unref();
   }
 
-  /** A new subscriber's budget until its first sweep. */
-  get firstBudget(): number {
-    return this.opts.maxInFlight;
+  /** Gives a new subscriber its first allowance (SSE_MAX_IN_FLIGHT_BYTES), until its first sweep. */
+  enroll(sub: Subscriber): void {
+    sub.allowance = this.opts.maxInFlight;
+    sub.budget = this.opts.maxInFlight;
   }
 
   /** Has `sub` a budget left (and all connections room)? */
@@ -128,9 +132,21 @@ export class SlowReaders {
     });
   }
 
-  /** Measures every subscriber, drops the ones the rules name, and grants the next budgets. */
-  async sweep(): Promise<void> {
-    if (this.running) return;
+  /** Measures every subscriber, drops the ones the rules name, and grants the next budgets; one
+   * asked for while another runs follows it. */
+  sweep(): Promise<void> {
+    if (this.running) {
+      this.again ??= this.current.then(() => {
+        this.again = undefined;
+        return this.sweep();
+      });
+      return this.again;
+    }
+    this.current = this.run();
+    return this.current;
+  }
+
+  private async run(): Promise<void> {
     this.running = true;
     clearTimeout(this.early);
     this.early = undefined;
@@ -182,13 +198,14 @@ export class SlowReaders {
     let total = 0;
     let kernel = 0;
     for (const sub of this.opts.subscribers()) {
+      const allowance = sub.allowance; // what it was given at the last sweep
       const { queued, reading } = this.measure(sub, queues, seconds);
       // On hold counts as stuck only while its own budget is spent: not while only the total (or a
       // late sweep: a busy event loop) held it.
       const held = sub.budget > 0 ? 0 : sub.gatedSince;
       const stuck = Math.min(sub.blockedSince || now, held || now);
       if (now - stuck >= slowMs) drops.push({ sub, reason: 'timeout', queued });
-      else if (sub.inFlight >= maxInFlight && !reading) drops.push({ sub, reason: 'in_flight', queued });
+      else if (sub.inFlight >= allowance && !reading) drops.push({ sub, reason: 'in_flight', queued });
       else {
         total += sub.inFlight;
         kernel += queued;
@@ -232,12 +249,13 @@ export class SlowReaders {
     const rate = seconds === 0 ? Number.NaN : progress / seconds;
     const reading = Number.isNaN(progress) || !(rate < maxInFlight / 16) || progress >= sub.inFlight / 2;
     sub.acked = acked;
+    sub.rate = rate;
     sub.inFlight = inFlight;
     sub.sent = 0;
     sub.fast = !(rate < maxInFlight);
     // A sink that cannot tell what is in flight: only the total holds it.
-    sub.budget =
-      acked === undefined ? Number.POSITIVE_INFINITY : Math.max(0, this.allowance(rate) - inFlight);
+    sub.allowance = acked === undefined ? Number.POSITIVE_INFINITY : this.allowance(rate);
+    sub.budget = Math.max(0, sub.allowance - inFlight);
     return { queued, reading };
   }
 
@@ -252,7 +270,9 @@ export class SlowReaders {
   /** Releases the subscribers on hold that may be written again (or that are gone). */
   private grant(): void {
     const open = this.stats.inFlight < this.opts.maxTotalInFlight;
-    for (const [sub, resolve] of this.waiting) {
+    // The ones acknowledging fastest first: whoever catches up first takes the room.
+    const waiting = [...this.waiting].sort(([a], [b]) => (b.rate || 0) - (a.rate || 0));
+    for (const [sub, resolve] of waiting) {
       if (!sub.closed && !(open && sub.sent < sub.budget)) continue;
       this.waiting.delete(sub);
       sub.gatedSince = 0;

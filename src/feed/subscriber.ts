@@ -15,7 +15,7 @@ import { namesStreams } from './frames.ts';
 /** Where a subscriber's bytes go (an SSE response). */
 export interface Sink {
   /** False when the buffer is full: stop writing until `drained()` resolves. */
-  write(chunk: string): boolean;
+  write(chunk: string | Uint8Array): boolean;
   /** Resolves on `drain` or when the sink closes. */
   drained(): Promise<void>;
   end(chunk?: string): void;
@@ -57,6 +57,7 @@ export class Subscriber {
   pending = '';
   pendingFrames = 0;
   pendingFrom: Cursor;
+  pendingFirst: FeedEvent | undefined = undefined;
   /** When a write found the socket full, until it drains (0: not blocked). Read by the sweep. */
   blockedSince = 0;
   /** When its byte budget (or all connections') stopped a write, until a sweep grants more. */
@@ -66,8 +67,11 @@ export class Subscriber {
    * (undefined: its sink cannot tell), bytes written since, and how many it may be written. */
   inFlight = 0;
   acked: number | undefined = 0;
+  /** Bytes per second it acknowledged between the last two sweeps (NaN: not known). */
+  rate = Number.NaN;
   sent = 0;
   budget = Number.POSITIVE_INFINITY;
+  allowance = Number.POSITIVE_INFINITY;
   /** New, or it acknowledged at least SSE_MAX_IN_FLIGHT_BYTES per second: worth an early sweep. */
   fast = true;
   readonly streamSet: ReadonlySet<string>;

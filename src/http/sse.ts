@@ -177,7 +177,7 @@ class ResponseSink implements Sink {
   // sit in the old generation as garbage until a major GC (peak RSS ~13–32 KiB per connection). Corked
   // here, Node skips its own cork, and the uncork hands the frame to the socket at once; a socket
   // that cannot take it keeps it buffered as before (backpressure is unchanged).
-  write(chunk: string): boolean {
+  write(chunk: string | Uint8Array): boolean {
     const res = this.res;
     if (res.destroyed || res.writableEnded) return false;
     const socket = res.socket;
