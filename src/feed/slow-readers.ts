@@ -77,6 +77,7 @@ export class SlowReaders {
   private written = 0;
   private lastAt = 0;
   private running = false;
+  private peak = 0;
   private current: Promise<void> = Promise.resolve();
   private again: Promise<void> | undefined;
   private readonly everyMs: number;
@@ -96,6 +97,13 @@ export class SlowReaders {
   enroll(sub: Subscriber): void {
     sub.allowance = this.opts.maxInFlight;
     sub.budget = this.opts.maxInFlight;
+  }
+
+  /** The most bytes in flight a sweep measured (dropped subscribers' included) since the last call. */
+  takePeak(): number {
+    const peak = this.peak;
+    this.peak = 0;
+    return peak;
   }
 
   /** Has `sub` a budget left (and all connections room)? */
@@ -197,9 +205,11 @@ export class SlowReaders {
     const behind: { sub: Subscriber; queued: number; reading: boolean }[] = [];
     let total = 0;
     let kernel = 0;
+    let measured = 0;
     for (const sub of this.opts.subscribers()) {
       const allowance = sub.allowance; // what it was given at the last sweep
       const { queued, reading } = this.measure(sub, queues, seconds);
+      measured += sub.inFlight;
       // On hold counts as stuck only while its own budget is spent: not while only the total (or a
       // late sweep: a busy event loop) held it.
       const held = sub.budget > 0 ? 0 : sub.gatedSince;
@@ -223,6 +233,7 @@ export class SlowReaders {
         drops.push({ sub, reason: 'total', queued });
       }
     }
+    this.peak = Math.max(this.peak, measured);
     this.stats.inFlight = total;
     this.stats.kernelQueued = kernel;
     if (drops.length > 0) this.dropAll(drops, now);

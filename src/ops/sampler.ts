@@ -49,6 +49,7 @@ export interface Sample {
   sseConnections: number;
   /** SSE event frames written per second. */
   frames: number;
+  /** Bytes written to SSE sockets and not yet acknowledged (Node and kernel; see sample()). */
   sseBufferedBytes: number;
   /** Slow subscribers dropped per second. */
   slowDropped: number;
@@ -194,7 +195,9 @@ export class Sampler {
       lagMaxMs: lag.max,
       sseConnections: hub.subscriberCount,
       frames: (h.frames - this.prev.frames) * perS,
-      sseBufferedBytes: hub.bufferedBytes(),
+      // Node's unsent bytes now, or the most the slow-reader sweeps measured in flight (Node and
+      // the kernel's send queues) since the last sample: a stalled reader is dropped within a second.
+      sseBufferedBytes: Math.max(hub.bufferedBytes(), hub.slow.takePeak()),
       slowDropped: (h.dropped - this.prev.dropped) * perS,
       position: formatCursor(position),
       behindRows: null,
