@@ -78,7 +78,8 @@ export class CatchUp {
           sub.cursor = page.position;
           continue;
         }
-        if (page.more && this.opts.ready(sub)) {
+        // The next page is read while this one is written, unless it is a slow subscriber on hold.
+        if (page.more && (sub.fast || this.opts.ready(sub))) {
           ahead = { after: page.position, page: this.readPage(sub, page.position) };
           ahead.page.catch(() => {}); // an unused read-ahead must not be an unhandled rejection
         }
