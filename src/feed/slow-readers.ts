@@ -9,7 +9,7 @@
  *
  * - each subscriber may be written `budget` bytes until the next sweep: its allowance less what it
  *   has in flight. The allowance is SSE_MAX_IN_FLIGHT_BYTES for a new one and for one that
- *   acknowledges at least that much per second (then plus two seconds of its pace); for a slower one,
+ *   acknowledges at least that much per second (then plus four seconds of its pace); for a slower one,
  *   two seconds of its pace, within a quarter of the cap and the cap. All of them together stop at
  *   SSE_MAX_TOTAL_IN_FLIGHT_BYTES in flight. A subscriber stopped by a budget (`admit` false) is out
  *   of the live set until a sweep grants more (`granted`), then catches up from its cursor, as after
