@@ -197,7 +197,7 @@ export class SlowReaders {
   }
 
   private judge(queues: ReadonlyMap<number, number>, now: number): void {
-    const { slowMs, maxInFlight, maxTotalInFlight } = this.opts;
+    const { slowMs, maxTotalInFlight } = this.opts;
     const seconds = this.lastAt === 0 ? 0 : (now - this.lastAt) / 1000;
     this.lastAt = now;
     this.written = 0;
