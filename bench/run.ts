@@ -8,13 +8,14 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { benchFile, type Ctx, log, type Options, type Server } from './lib/context.ts';
 import { parseOptions } from './lib/options.ts';
-import { dropNats, dropRedis, type PeerStatus, prepareNats, prepareRedis } from './lib/peers.ts';
+import { dropNats, dropRedis, type PeerStatus, prepareNats, prepareRedis, startFloor } from './lib/peers.ts';
 import { spawnNode, stop, waitForHttp } from './lib/proc.ts';
 import { summarizeProfile } from './lib/profile.ts';
 import { markdownTable, plotSvg, textTable } from './lib/report.ts';
 import { machineBusyCores, machineFacts, setBenchDatabase } from './lib/sys.ts';
 import { scenario5 } from './scenarios/catchup.ts';
-import { scenario3, scenario4, scenario6 } from './scenarios/delivery.ts';
+import { scenario4, scenario6 } from './scenarios/delivery.ts';
+import { scenario3 } from './scenarios/latency.ts';
 import { BENCH_MERCURE_ENV, scenario7 } from './scenarios/mercure.ts';
 import { scenario1, scenario2 } from './scenarios/publish.ts';
 
@@ -181,6 +182,7 @@ async function main(): Promise<void> {
     dbUrl: db.url,
     commitfeed: undefined,
     naive: undefined,
+    floor: undefined,
     nats,
     redis,
     tables: [],
@@ -224,6 +226,10 @@ async function main(): Promise<void> {
       ctx.naive = await startNaive(opts, db.url);
       log(`naive peer ready on 127.0.0.1:${opts.naivePort}`);
     }
+    if (wants('floor') && opts.scenarios.some((n) => n === 1 || n === 3)) {
+      ctx.floor = await startFloor(opts.floorPort, LOG_DIR);
+      log(`floor peer ready on 127.0.0.1:${opts.floorPort}`);
+    }
     const scenarios: Record<number, (c: Ctx) => Promise<void>> = {
       1: scenario1,
       2: scenario2,
@@ -248,6 +254,7 @@ async function main(): Promise<void> {
   } finally {
     if (ctx.commitfeed) await stop(ctx.commitfeed.cp, 10_000);
     if (ctx.naive) await stop(ctx.naive.cp);
+    if (ctx.floor) await stop(ctx.floor.cp);
     await Promise.all([nats.ok ? dropNats() : undefined, redis.ok ? dropRedis() : undefined]);
   }
 

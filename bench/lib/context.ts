@@ -19,6 +19,8 @@ export interface Options {
   latencyStreams: number;
   latencySubs: number;
   latencyDurationSec: number;
+  /** Scenario 3: rounds per system, alternating systems (each system's best round is compared). */
+  latencyRounds: number;
   fanoutConns: number;
   fanoutStreams: number;
   fanoutRate: number;
@@ -36,6 +38,8 @@ export interface Options {
   naivePort: number;
   /** Scenario 4's raw node:http broadcaster peer. */
   rawPort: number;
+  /** The no-database HTTP + SSE floor (scenarios 1 and 3). */
+  floorPort: number;
   cpuProf: boolean;
   serverEnv: Record<string, string>;
   /** Where commitfeed's src/main.ts is run from. */
@@ -63,6 +67,8 @@ export interface Ctx {
   dbUrl: string;
   commitfeed: Server | undefined;
   naive: Server | undefined;
+  /** The no-database HTTP + SSE floor (bench/peers/floor-server.ts), with `--peers floor`. */
+  floor: Server | undefined;
   nats: PeerStatus;
   redis: PeerStatus;
   tables: Table[];

@@ -11,8 +11,8 @@ const HELP = `npm run bench -- [flags]
 
   --quick                 smoke run, under 2 minutes (short runs, smaller scales)
   --scenarios 1,...,7     which scenarios to run (default all)
-  --peers LIST            peers to measure: naive,naive-nonotify,http-ceiling,raw-fanout,nats,redis
-                          (default all)
+  --peers LIST            peers to measure: naive,naive-nonotify,http-ceiling,floor,raw-fanout,nats,
+                          redis (default all)
   --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 1)
   --conns LIST            scenario 1 connections (default 1,16,64,256)
   --warmup-curve S        scenario 1 first loads the fresh commitfeed at 64 connections for S seconds
@@ -23,6 +23,8 @@ const HELP = `npm run bench -- [flags]
   --latency-streams N     scenario 3 streams (default 10)
   --latency-subs N        scenario 3 subscribers (default 100)
   --latency-duration S    scenario 3 seconds per system (default 10; quick 3)
+  --latency-rounds N      scenario 3 rounds per system, systems alternating; each system's best
+                          p50 and p99 are compared (default 1)
   --fanout-conns N        scenario 4 SSE connections (default 10000; quick 1000)
   --fanout-streams N      scenario 4 streams shared by the connections (default 10)
   --fanout-rate N         scenario 4 events/s (default 100)
@@ -36,7 +38,8 @@ const HELP = `npm run bench -- [flags]
   --stall-ms MS           scenario 6 held-transaction time (default 2000)
   --db NAME               database, dropped and created afresh (default commitfeed_bench)
   --port N                commitfeed port (default 3210); the naive peer uses --naive-port (3211),
-                          scenario 4's raw broadcaster --raw-port (3212)
+                          scenario 4's raw broadcaster --raw-port (3212), the floor peer
+                          --floor-port (default: the raw port + 1)
   --server-env K=V,...    extra environment for the commitfeed server (e.g. POOL_SIZE=20)
   --server-dir DIR        run commitfeed from DIR instead of this working tree
   --server-commit REF     run commitfeed as committed at REF (exported to a temp dir), so edits
@@ -62,6 +65,7 @@ export function parseOptions(argv: string[]): Options {
       'latency-streams': { type: 'string' },
       'latency-subs': { type: 'string' },
       'latency-duration': { type: 'string' },
+      'latency-rounds': { type: 'string' },
       'fanout-conns': { type: 'string' },
       'fanout-streams': { type: 'string' },
       'fanout-rate': { type: 'string' },
@@ -77,6 +81,7 @@ export function parseOptions(argv: string[]): Options {
       port: { type: 'string' },
       'naive-port': { type: 'string' },
       'raw-port': { type: 'string' },
+      'floor-port': { type: 'string' },
       'server-env': { type: 'string' },
       'server-dir': { type: 'string' },
       'server-commit': { type: 'string' },
@@ -109,7 +114,9 @@ export function parseOptions(argv: string[]): Options {
   return {
     quick: q,
     scenarios: list(v.scenarios, [1, 2, 3, 4, 5, 6, 7]),
-    peers: (v.peers ?? 'naive,naive-nonotify,http-ceiling,raw-fanout,nats,redis').split(',').filter(Boolean),
+    peers: (v.peers ?? 'naive,naive-nonotify,http-ceiling,floor,raw-fanout,nats,redis')
+      .split(',')
+      .filter(Boolean),
     durationSec: num(v.duration, 10, 1),
     warmupSec: q ? 0.5 : 2,
     conns: list(v.conns, [1, 16, 64, 256]),
@@ -120,6 +127,7 @@ export function parseOptions(argv: string[]): Options {
     latencyStreams: num(v['latency-streams'], 10),
     latencySubs: num(v['latency-subs'], 100),
     latencyDurationSec: num(v['latency-duration'], 10, 3),
+    latencyRounds: num(v['latency-rounds'], 1),
     fanoutConns: num(v['fanout-conns'], 10_000, 1000),
     fanoutStreams: num(v['fanout-streams'], 10),
     fanoutRate: num(v['fanout-rate'], 100),
@@ -135,6 +143,7 @@ export function parseOptions(argv: string[]): Options {
     port: num(v.port, 3210),
     naivePort: num(v['naive-port'], 3211),
     rawPort: num(v['raw-port'], 3212),
+    floorPort: num(v['floor-port'], num(v['raw-port'], 3212) + 1),
     cpuProf: v['cpu-prof'] ?? false,
     serverEnv,
     serverDir: v['server-commit'] ? exportCommit(v['server-commit']) : resolve(v['server-dir'] ?? '.'),

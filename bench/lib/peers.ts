@@ -1,8 +1,23 @@
-// NATS and Redis: is the peer reachable, what version, and the JetStream stream / Redis keys the
-// bench writes (made before a run, removed after it).
+// Peers beside commitfeed: the floor (bench/peers/floor-server.ts, started here); NATS and Redis: is
+// the peer reachable, what version, and the JetStream stream / Redis keys the bench writes (made
+// before a run, removed after it).
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { connect, RetentionPolicy, StorageType } from 'nats';
+import { benchFile, type Server } from './context.ts';
+import { spawnNode, waitForHttp } from './proc.ts';
 import { REDIS_PORT } from './targets.ts';
+
+/** The name of the no-database HTTP + SSE floor in tables and checks. */
+export const FLOOR_NAME = 'floor: Fastify + SSE, no database';
+
+/** Starts the floor peer (bench/peers/floor-server.ts) on `port`. */
+export async function startFloor(port: number, logDir: string): Promise<Server> {
+  const log = join(logDir, 'floor.log');
+  const cp = spawnNode(benchFile('peers/floor-server.ts'), [], { env: { PORT: String(port) }, logFile: log });
+  await waitForHttp(`http://127.0.0.1:${port}/readyz`, cp, 30_000);
+  return { name: 'floor', port, cp, log };
+}
 
 export const NATS_STREAM = 'COMMITFEED_BENCH';
 

@@ -9,7 +9,7 @@ import { cpuMark, coresUsed } from '../lib/sys.ts';
 import { httpPath, postJson } from '../lib/targets.ts';
 import type { PublisherArgs, PublisherResult } from '../workers/publisher.ts';
 import type { SubscriberArgs, SubscriberResult } from '../workers/subscriber.ts';
-import { waitForTailer } from './delivery.ts';
+import { waitForTailer } from '../lib/delivery-run.ts';
 
 const STREAM = 's5-catchup';
 

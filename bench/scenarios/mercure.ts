@@ -8,7 +8,7 @@ import { type Ctx, log } from '../lib/context.ts';
 import { fmtMs, fmtNum, type Table } from '../lib/report.ts';
 import { type CpuMark, coresUsed, cpuMark, pgDelta } from '../lib/sys.ts';
 import { httpPath, MERCURE_PATH, mercureForm, type Target } from '../lib/targets.ts';
-import { runDelivery, waitForTailer } from './delivery.ts';
+import { runDelivery, waitForTailer } from '../lib/delivery-run.ts';
 import { CPU_NOTE, httpPoint, Loaders, type System } from './publish.ts';
 
 /** The hub settings run.ts starts commitfeed with, so both APIs are measured on one process. */

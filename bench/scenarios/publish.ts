@@ -8,6 +8,7 @@ import type { Target } from '../lib/targets.ts';
 import type { CeilingArgs, CeilingResult } from '../workers/pg-ceiling.ts';
 import type { HttpLoadArgs, HttpLoadResult } from '../workers/http-load.ts';
 import type { PublisherArgs, PublisherResult } from '../workers/publisher.ts';
+import { warmupCurve } from './warmup-curve.ts';
 
 export interface Point {
   eventsPerSec: number;
@@ -25,6 +26,8 @@ export interface Point {
   pgBackendSec?: number;
   /** Seconds between the point's CPU marks. */
   elapsedSec?: number;
+  /** Server CPU per request (µs): /proc/<pid>/stat utime+stime over the point ÷ requests answered. */
+  cpuUsPerReq: number;
 }
 
 export interface System {
@@ -89,6 +92,7 @@ export async function httpPoint(
   const r = await w.run<HttpLoadResult>(args, sec * 1000 + 60_000);
   const b = cpuMark(sys.serverPid);
   const errors = r.non2xx + r.errors + r.timeouts;
+  const served = r.ok + r.non2xx;
   if (errors > 0)
     ctx.problems.push(`${sys.name}: ${errors} failed requests at ${conns} connections (${path})`);
   return {
@@ -103,6 +107,7 @@ export async function httpPoint(
     serverSec: b.server - a.server,
     pgBackendSec: pgDelta(a, b, true),
     elapsedSec: (b.at - a.at) / 1000,
+    cpuUsPerReq: sys.serverPid ? ((b.server - a.server) / Math.max(1, served)) * 1e6 : Number.NaN,
   };
 }
 
@@ -133,6 +138,7 @@ async function nativePoint(
     errors: r.errors,
     firstError: r.firstError,
     cpu: cpuCell(a, b, w.cpuSec),
+    cpuUsPerReq: sys.serverPid ? ((b.server - a.server) / Math.max(1, r.total)) * 1e6 : Number.NaN,
   };
 }
 
@@ -163,6 +169,12 @@ function systems(ctx: Ctx): { list: System[]; skipped: string[] } {
       name: '(e) HTTP ceiling, no database',
       target: { kind: 'http', port: ctx.naive.port, query: '?nodb=1' },
       serverPid: ctx.naive.cp.pid,
+    });
+  if (ctx.floor && ctx.opts.peers.includes('floor'))
+    list.push({
+      name: FLOOR_S1,
+      target: { kind: 'http', port: ctx.floor.port },
+      serverPid: ctx.floor.cp.pid,
     });
   if (ctx.opts.peers.includes('nats')) {
     if (ctx.nats.ok)
@@ -203,10 +215,12 @@ export async function scenario1(ctx: Ctx): Promise<void> {
       'max ms',
       'errors',
       'CPU srv/pg/load/all',
+      'server CPU µs/req',
     ],
     rows: [],
     notes: [
       CPU_NOTE,
+      '"server CPU µs/req": the server process\'s CPU time (/proc/<pid>/stat utime + stime) over the point ÷ the requests it answered. (e) and (a)/(b) are one node:http process; (f) is the floor peer of scenario 3 with no subscriber: Fastify, its JSON body parser, a route and a 201 answer.',
       'HTTP systems are driven by autocannon in its own process (latency resolution 1 ms); NATS and Redis by their own client (one NATS connection; Redis over min(conns, 8) connections, commands pipelined), "conns" = publishes in flight.',
       `Each event's data: ${JSON.stringify({ n: 1, msg: 'hello, world' })}; ${opts.durationSec} s per point after a ${opts.warmupSec} s warm-up per system.`,
       ...skipped,
@@ -253,6 +267,7 @@ export async function scenario1(ctx: Ctx): Promise<void> {
           fmtMs(p.max),
           String(p.errors),
           p.cpu,
+          Number.isFinite(p.cpuUsPerReq) ? p.cpuUsPerReq.toFixed(0) : '–',
         ]);
         log(`  → ${fmtNum(p.eventsPerSec)} events/s, p99 ${fmtMs(p.p99)} ms, ${p.errors} errors`);
         if (p.firstError) table.notes.push(`${sys.name} at ${conns}: first error: ${p.firstError}`);
@@ -291,88 +306,36 @@ export async function scenario1(ctx: Ctx): Promise<void> {
     if (other && Number.isFinite(mine))
       table.notes.push(`at ${at}: commitfeed = ${(mine / other).toFixed(2)}× ${name}`);
   }
+  cpuChecks(ctx, table, byName);
 }
 
-/**
- * The warm-up curve: the first load a fresh instance on a fresh database sees, 64 connections, counted
- * per second. "Steady" is the mean of the last 10 s; the target is the first 10 s within 15% of it.
- */
-async function warmupCurve(
-  ctx: Ctx,
-  loaders: Loaders,
-  sys: System,
-  path: string,
-  body: string,
-): Promise<void> {
-  const sec = Math.max(20, Math.floor(ctx.opts.warmupCurveSec));
-  const w = loaders.get('http');
-  // The load generator is a Node process too: warm it first on the database-free peer, so the
-  // curve shows the server's warm-up, not autocannon's.
-  if (ctx.naive) {
-    log('scenario 1: warming the load generator on the HTTP ceiling peer, 3 s');
-    const warm: HttpLoadArgs = {
-      url: `http://127.0.0.1:${ctx.naive.port}${path}?nodb=1`,
-      body,
-      connections: 64,
-      durationSec: 3,
-    };
-    await w.run<HttpLoadResult>(warm, 60_000);
+const FLOOR_S1 = '(f) bare Fastify handler, no database';
+
+/** Server CPU per publish against the bare handlers' CPU per request, at each connection count. */
+function cpuChecks(ctx: Ctx, table: Table, byName: Map<string, Map<number, Point>>): void {
+  const cf = byName.get('commitfeed');
+  if (!cf) return;
+  for (const ref of ['(e) HTTP ceiling, no database', FLOOR_S1]) {
+    const points = byName.get(ref);
+    if (!points) continue;
+    const parts = ctx.opts.conns
+      .map((c) => [c, cf.get(c)?.cpuUsPerReq, points.get(c)?.cpuUsPerReq] as const)
+      .filter(([, a, b]) => a !== undefined && b !== undefined && Number.isFinite(a / b))
+      .map(([c, a, b]) => `${(a! / b!).toFixed(2)}× at ${c}`);
+    if (parts.length)
+      table.notes.push(`commitfeed's server CPU per publish ÷ ${ref}'s per request: ${parts.join(', ')}`);
   }
-  log(`scenario 1: ${sys.name}: warm-up curve, 64 connections, ${sec} s on the fresh instance`);
-  const a = cpuMark(sys.serverPid);
-  const args: HttpLoadArgs = {
-    url: `http://127.0.0.1:${sys.target.port}${path}`,
-    body,
-    connections: 64,
-    durationSec: sec,
-    perSecond: true,
-    cpuPid: sys.serverPid,
-  };
-  const r = await w.run<HttpLoadResult>(args, sec * 1000 + 60_000);
-  const b = cpuMark(sys.serverPid);
-  const per = r.perSecond ?? [];
-  const sum = (xs: number[]) => xs.reduce((x, y) => x + y, 0);
-  const mean = (xs: number[]) => sum(xs) / Math.max(1, xs.length);
-  const first = mean(per.slice(0, 10));
-  const steady = mean(per.slice(-10));
-  const ratio = first / steady;
-  const table: Table = {
-    title: `Scenario 1, warm-up: a fresh instance on a fresh database, 64 connections, ${sec} s, events/s per second`,
-    columns: [
-      'seconds',
-      'events/s each second',
-      'mean events/s',
-      '÷ steady (last 10 s)',
-      'server CPU µs per publish',
-      'machine busy cores',
-    ],
-    rows: [],
-    notes: [
-      `CPU srv/pg/load/all over the whole curve: ${cpuCell(a, b, w.cpuSec)}. ${r.non2xx + r.errors + r.timeouts} failed requests.`,
-      'The load generator ran 3 s against the HTTP ceiling peer first (its own JIT warm-up is not in the curve).',
-    ],
-  };
-  for (let i = 0; i < per.length; i += 5) {
-    const part = per.slice(i, i + 5);
-    const cpu = sum(r.cpuPerSecond?.slice(i, i + 5) ?? []);
-    const busy = mean(r.machinePerSecond?.slice(i, i + 5) ?? []);
-    table.rows.push([
-      `${i}–${i + part.length}`,
-      part.map((x) => fmtNum(x)).join(' '),
-      fmtNum(mean(part)),
-      `${((mean(part) / steady) * 100).toFixed(0)}%`,
-      r.cpuPerSecond ? ((cpu / Math.max(1, sum(part))) * 1e6).toFixed(0) : '–',
-      busy.toFixed(2),
-    ]);
-  }
-  ctx.tables.push(table);
-  log(`  → first 10 s ${fmtNum(first)} events/s, last 10 s ${fmtNum(steady)} (${(ratio * 100).toFixed(0)}%)`);
+  const at = ctx.opts.conns.includes(64) ? 64 : ctx.opts.conns[ctx.opts.conns.length - 1];
+  const a = cf.get(at)?.cpuUsPerReq ?? Number.NaN;
+  const b = byName.get(FLOOR_S1)?.get(at)?.cpuUsPerReq ?? Number.NaN;
   ctx.checks.push({
     scenario: 1,
-    what: 'warm-up: first 10 s on a fresh database ÷ steady state (last 10 s)',
-    target: 'within 15%',
-    got: `${(ratio * 100).toFixed(0)}% (${fmtNum(first)} / ${fmtNum(steady)} events/s)`,
-    pass: Number.isFinite(ratio) ? Math.abs(ratio - 1) <= 0.15 : undefined,
+    what: `server CPU per single publish ÷ the bare Fastify handler's per request, at ${at} connections`,
+    target: '≤ 1.6×',
+    got: Number.isFinite(a / b)
+      ? `${a.toFixed(0)} / ${b.toFixed(0)} µs = ${(a / b).toFixed(2)}×`
+      : 'not measured',
+    pass: Number.isFinite(a / b) ? a / b <= 1.6 : undefined,
   });
 }
 
