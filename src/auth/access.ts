@@ -64,13 +64,15 @@ export async function registerAccess(app: FastifyInstance, config: Config): Prom
   app.decorateRequest('principal', undefined);
 
   if (mode === 'off') {
-    app.addHook('onRequest', async (request) => {
+    // A callback hook, not an async one: it runs on every request (no promise, no microtask turn).
+    app.addHook('onRequest', (request, _reply, done) => {
       request.principal = OPEN;
       try {
         takeToken(request);
       } catch {
         // Auth is off: a malformed credential is ignored like a valid one.
       }
+      done();
     });
     return mode;
   }

@@ -24,7 +24,9 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
   let shuttingDown = false;
   let inFlight = 0;
   let idle: (() => void) | undefined;
-  app.addHook('onRequest', async (request, reply) => {
+  // Callback hooks, not async ones: they run on every request, and an async hook costs a promise
+  // and a microtask turn each time.
+  app.addHook('onRequest', (request, reply, done) => {
     if (shuttingDown) {
       // An EventSource takes any answer but 200 as final and never reconnects, where a dropped
       // connection it retries (after `retry:`, with Last-Event-ID): a stream request that reached a
@@ -36,7 +38,8 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
         return;
       }
       reply.header('retry-after', String(RETRY_AFTER_S)).header('connection', 'close');
-      return reply
+      // Answered here: `done` is not called, so the request goes no further.
+      reply
         .code(503)
         .send(
           errorBody(
@@ -45,14 +48,17 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
             'this server is shutting down; retry (another replica, or here after restart)',
           ),
         );
+      return;
     }
     inFlight++;
     reply.raw.once('close', () => {
       if (--inFlight === 0) idle?.();
     });
+    done();
   });
-  app.addHook('onSend', async (_request, reply) => {
+  app.addHook('onSend', (_request, reply, payload, done) => {
     if (shuttingDown) reply.header('connection', 'close');
+    done(null, payload);
   });
   app.addHook('preClose', async () => {
     shuttingDown = true;

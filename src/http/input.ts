@@ -81,17 +81,20 @@ export function installJsonParser(app: FastifyInstance): void {
  * no page bound. Runs after validation, so only values the schema typed as numbers are checked.
  */
 export function installFiniteNumbers(app: FastifyInstance): void {
-  app.addHook('preHandler', async (request) => {
-    for (const [where, values] of [
-      ['query', request.query],
-      ['path', request.params],
-    ] as const) {
-      if (values === null || typeof values !== 'object') continue;
-      for (const [k, v] of Object.entries(values)) {
-        if (typeof v === 'number' && !Number.isFinite(v)) {
-          throw new ApiError(400, 'invalid_request', `${where} parameter "${k}" is out of range`);
-        }
-      }
-    }
+  // A callback hook with plain loops: it runs on every request.
+  app.addHook('preHandler', (request, _reply, done) => {
+    done(nonFinite(request.query, 'query') ?? nonFinite(request.params, 'path'));
   });
+}
+
+function nonFinite(values: unknown, where: string): ApiError | undefined {
+  if (values === null || typeof values !== 'object') return undefined;
+  for (const k in values) {
+    if (!Object.hasOwn(values, k)) continue;
+    const v = (values as Record<string, unknown>)[k];
+    if (typeof v === 'number' && !Number.isFinite(v)) {
+      return new ApiError(400, 'invalid_request', `${where} parameter "${k}" is out of range`);
+    }
+  }
+  return undefined;
 }
