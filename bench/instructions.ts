@@ -12,7 +12,7 @@
 // database); `floor` is bench/peers/floor-server.ts (the bare Fastify handler: no subscriber). The
 // database's own work is not counted (it is another process).
 import { execFileSync, spawn } from 'node:child_process';
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -37,6 +37,7 @@ const port = Number(v.port);
 const conns = Number(v.conns);
 const dir = join(process.cwd(), '.callgrind');
 rmSync(dir, { recursive: true, force: true });
+mkdirSync(dir, { recursive: true });
 
 async function freshDb(db: string): Promise<string> {
   const admin = new pg.Client({ connectionString: 'postgres://postgres@127.0.0.1:5432/postgres' });
@@ -86,8 +87,8 @@ function control(args: string[]): string {
   return execFileSync('callgrind_control', [...args, String(cp.pid)], { encoding: 'utf8' });
 }
 
-async function publishMany(total: number, stream: string): Promise<number> {
-  const poster = new RawPoster(port, conns);
+async function publishMany(total: number, stream: string, conns: number): Promise<number> {
+  const poster = new RawPoster(port, conns, 600_000);
   let next = 0;
   let ok = 0;
   const body = JSON.stringify({ type: 'bench', data: { n: 1, msg: 'hello, world' } });
@@ -107,11 +108,13 @@ async function publishMany(total: number, stream: string): Promise<number> {
 try {
   await waitForHttp(`http://127.0.0.1:${port}/readyz`, cp, 600_000);
   const t0 = performance.now();
-  await publishMany(Number(v.warm), 'ir-warm');
+  // One at a time first: under valgrind the first requests compile everything, slowly.
+  await publishMany(200, 'ir-warm', 1);
+  await publishMany(Number(v.warm), 'ir-warm', conns);
   process.stderr.write(`warm-up: ${v.warm} publishes in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
   control(['-z']);
   const t1 = performance.now();
-  const ok = await publishMany(Number(v.n), 'ir-measured');
+  const ok = await publishMany(Number(v.n), 'ir-measured', conns);
   const sec = (performance.now() - t1) / 1000;
   control(['-d']);
   await new Promise((r) => setTimeout(r, 2000));

@@ -113,6 +113,8 @@ export class RawPoster {
   constructor(
     private readonly port: number,
     private readonly maxConns: number,
+    /** A server under valgrind (bench/instructions.ts) needs longer. */
+    private readonly timeoutMs = TIMEOUT_MS,
   ) {}
 
   post(path: string, body: string, contentType = 'application/json', extra = ''): Promise<PostResult> {
@@ -123,13 +125,13 @@ export class RawPoster {
       const req: InFlight = { resolve, reject, timer: undefined as unknown as NodeJS.Timeout };
       req.timer = setTimeout(() => {
         const c = [...this.conns].find((x) => x.req === req);
-        if (c) c.fail(new Error('request timed out after 10 s'));
+        if (c) c.fail(new Error(`request timed out after ${this.timeoutMs / 1000} s`));
         else {
           const k = this.queue.findIndex((q) => q.req === req);
           if (k >= 0) this.queue.splice(k, 1);
-          reject(new Error('request timed out after 10 s (waiting for a connection)'));
+          reject(new Error(`request timed out after ${this.timeoutMs / 1000} s (waiting for a connection)`));
         }
-      }, TIMEOUT_MS);
+      }, this.timeoutMs);
       const c = this.idle.pop() ?? this.open();
       if (c) c.send(head, body, req);
       else this.queue.push({ head, body, req });

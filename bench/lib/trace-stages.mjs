@@ -51,11 +51,13 @@ function keyOf(stream, data) {
 function track(stream, data) {
   const k = keyOf(stream, data);
   if (!k) return undefined;
+  // A pause starts a new run (and forgets the last one's events: the next run's sequence numbers
+  // start again from 1).
+  const now = mono();
+  if (!run || now - lastSeen > 1500) newRun();
+  lastSeen = now;
   let e = events.get(k.key);
   if (!e) {
-    const now = mono();
-    if (!run || now - lastSeen > 1500) newRun();
-    lastSeen = now;
     e = { t: k.t };
     events.set(k.key, e);
     run.events.push(e);

@@ -15,7 +15,9 @@ import type { ServerResponse } from 'node:http';
 import Fastify from 'fastify';
 
 const traceOut = process.env['FLOOR_TRACE_OUT'];
-const traced: { http: number; fanout: number }[] = [];
+/** One list of stage times per measured run (a pause of 1.5 s starts the next). */
+const traced: { http: number; fanout: number }[][] = [];
+let lastTraced = 0;
 const mono = () => Number(process.hrtime.bigint()) / 1e6;
 if (traceOut)
   process.on('exit', () => {
@@ -24,10 +26,12 @@ if (traceOut)
       xs.sort((a, b) => a - b);
       return { count: xs.length, p50: pct(xs, 0.5), p90: pct(xs, 0.9), p99: pct(xs, 0.99) };
     };
-    const http = stage(traced.map((x) => x.http));
-    const fanout = stage(traced.map((x) => x.fanout));
-    const server = stage(traced.map((x) => x.http + x.fanout));
-    writeFileSync(traceOut, JSON.stringify({ http, fanout, server }, null, 1));
+    const runs = traced.map((run) => ({
+      http: stage(run.map((x) => x.http)),
+      fanout: stage(run.map((x) => x.fanout)),
+      server: stage(run.map((x) => x.http + x.fanout)),
+    }));
+    writeFileSync(traceOut, JSON.stringify(runs, null, 1));
   });
 
 const port = Number(process.env['PORT'] ?? 3213);
@@ -50,8 +54,12 @@ app.post<{ Params: { stream: string }; Body: { type?: string; data: unknown } }>
       const frame = `id: ${id}\nevent: ${body.type ?? 'message'}\ndata: ${JSON.stringify(body.data)}\n\n`;
       for (const res of subs) if (!res.destroyed) res.write(frame);
       const t = (body.data as { t?: number } | null)?.t;
-      if (traceOut && typeof t === 'number' && !stream.endsWith('-warm'))
-        traced.push({ http: start - t, fanout: mono() - start });
+      if (traceOut && typeof t === 'number' && !stream.endsWith('-warm')) {
+        const end = mono();
+        if (end - lastTraced > 1500) traced.push([]);
+        lastTraced = end;
+        traced[traced.length - 1].push({ http: start - t, fanout: end - start });
+      }
     }
     return reply.code(201).send({ id, stream });
   },
