@@ -30,6 +30,8 @@ interface Round {
   sub: SubscriberResult;
   /** The 1-minute load average right after the run (/proc/loadavg). */
   load: string;
+  /** The publisher kept its rate (at least 95% of it): the run measured the system, not a saturated machine. */
+  kept: boolean;
 }
 
 /** The 1-minute load average (/proc/loadavg's first field). */
@@ -205,7 +207,7 @@ async function measure(
   log(
     `  → p50 ${fmtMs(sub.latency.p50)} ms, p99 ${fmtMs(sub.latency.p99)} ms, missing ${sub.missing}, load ${load}`,
   );
-  return { sub, load };
+  return { sub, load, kept: pub.total / pub.elapsedSec >= 0.95 * opts.latencyRate };
 }
 
 /** Each system's best p50 and best p99 over its rounds, with the load of the round it came from. */
@@ -224,6 +226,13 @@ function compare(ctx: Ctx, table: Table, results: Map<string, Round[]>, afterBur
   if (cfRounds && floorRounds) {
     const cf = best(cfRounds);
     const fl = best(floorRounds);
+    // A run whose publisher could not keep the rate measured a saturated machine, not the server:
+    // the ratio of two such runs says nothing (both wait behind the same queue).
+    const saturated = ![...cfRounds, ...floorRounds].every((r) => r.kept);
+    if (saturated)
+      table.notes.push(
+        'A publisher fell below 95% of the rate in at least one run: the machine was saturated, so the comparison below is shown but not judged.',
+      );
     const of = cfRounds.length > 1 ? `best of ${cfRounds.length}` : 'one run';
     table.notes.push(
       `commitfeed against the floor (${of} each): p50 ${fmtMs(cf.p50)} vs ${fmtMs(fl.p50)} ms (+${fmtMs(cf.p50 - fl.p50)} ms; load ${cf.p50Load} / ${fl.p50Load}), ` +
@@ -234,14 +243,14 @@ function compare(ctx: Ctx, table: Table, results: Map<string, Round[]>, afterBur
       what: `publish → SSE p99 ÷ the no-database floor's p99${when}`,
       target: '≤ 1.5×, nothing lost',
       got: `${fmtMs(cf.p99)} / ${fmtMs(fl.p99)} ms = ${(cf.p99 / fl.p99).toFixed(2)}× (${of}; load ${cf.p99Load} / ${fl.p99Load}), ${lost} missing or repeated`,
-      pass: cf.p99 <= 1.5 * fl.p99 && lost === 0,
+      pass: saturated ? undefined : cf.p99 <= 1.5 * fl.p99 && lost === 0,
     });
     ctx.checks.push({
       scenario: 3,
       what: `publish → SSE p50 − the no-database floor's p50${when}`,
       target: '≤ 1.5 ms',
       got: `${fmtMs(cf.p50)} − ${fmtMs(fl.p50)} = ${fmtMs(cf.p50 - fl.p50)} ms (${of}; load ${cf.p50Load} / ${fl.p50Load})`,
-      pass: cf.p50 - fl.p50 <= 1.5,
+      pass: saturated ? undefined : cf.p50 - fl.p50 <= 1.5,
     });
     return;
   }
