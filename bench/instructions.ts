@@ -106,7 +106,7 @@ async function publishMany(total: number, stream: string, conns: number): Promis
 }
 
 try {
-  await waitForHttp(`http://127.0.0.1:${port}/readyz`, cp, 600_000);
+  await waitForHttp(`http://127.0.0.1:${port}/readyz`, cp, 1_800_000);
   const t0 = performance.now();
   // One at a time first: under valgrind the first requests compile everything, slowly.
   await publishMany(200, 'ir-warm', 1);

@@ -117,9 +117,12 @@ export async function scenario3(ctx: Ctx): Promise<void> {
       'Open-loop publisher (single-event publishes, up to 64 in flight) and subscribers in two separate processes; each subscriber reads one stream, so every event goes to ' +
         `${opts.latencySubs / opts.latencyStreams} subscribers. Latency runs from just before the publish request is sent to the frame being parsed by the subscriber.`,
       `${opts.latencyDurationSec} s per run, after ${WARMUP_SEC} s of the same load on other streams (not measured) before each system's first round; ${rounds} round(s) per system, systems alternating. "client loop p99" is the subscriber process's own event-loop delay: the part of the latency that is the measuring client's. "load avg" is /proc/loadavg's 1-minute figure right after the run (the bench's own processes included).`,
-      `The floor (bench/peers/floor-server.ts) is a Fastify server whose POST writes the event's frame to that stream's open SSE responses and answers 201: no database, no history, no resume, no backpressure. It is driven by the same publisher and subscriber processes as commitfeed.`,
     ],
   };
+  if (ctx.floor && opts.peers.includes('floor'))
+    table.notes.push(
+      "The floor (bench/peers/floor-server.ts) is a Fastify server whose POST writes the event's frame to that stream's open SSE responses and answers 201: no database, no history, no resume, no backpressure. It is driven by the same publisher and subscriber processes as commitfeed.",
+    );
   if (!(await ctx.ensureCommitfeed(3))) table.notes.push('commitfeed: not running, skipped');
   const systems = systemsOf(ctx, subStreams, table);
   const results = new Map<string, Round[]>();
