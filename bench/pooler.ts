@@ -10,13 +10,11 @@
 // machine. `npx tsx bench/pooler.ts [operations]` (DATABASE_URL: any server's admin database;
 // default: an embedded PostgreSQL on BENCH_PG_PORT, 25391).
 import { readFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { sql } from 'kysely';
-import pg from 'pg';
+import type pg from 'pg';
+import { scratchDatabase } from './lib/scratch-database.ts';
 import { loadConfig } from '../src/config/config.ts';
 import { createDatabase } from '../src/db/database.ts';
-import { startEmbeddedPostgres } from '../src/db/embedded.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { type Server, startServer } from '../src/server.ts';
 import { startPgBouncer } from '../test/pgbouncer.ts';
@@ -79,24 +77,9 @@ async function measure(label: string, s: Server, admin: pg.Client, db: string, b
   }
 }
 
-let adminUrl = process.env.DATABASE_URL;
-let stopPg: (() => Promise<void>) | undefined;
-if (!adminUrl) {
-  const port = Number(process.env.BENCH_PG_PORT ?? 25391);
-  const embedded = await startEmbeddedPostgres({
-    dir: path.join(os.tmpdir(), `commitfeed-bench-${port}`),
-    port,
-    fresh: true,
-  });
-  adminUrl = embedded.url;
-  stopPg = embedded.stop;
-}
-const name = `cf_bench_pooler_${process.pid}`;
-const admin = new pg.Client({ connectionString: adminUrl });
-await admin.connect();
-await admin.query(`create database ${name}`);
-const url = new URL(adminUrl);
-url.pathname = `/${name}`;
+const db = await scratchDatabase('pooler', 25391);
+const { admin, name } = db;
+const url = new URL(db.url);
 const direct = url.toString();
 const teardowns: (() => unknown)[] = [];
 try {
@@ -126,7 +109,5 @@ try {
   console.log(`load after: ${readFileSync('/proc/loadavg', 'utf8').trim()}`);
 } finally {
   for (const fn of teardowns.reverse()) await fn();
-  await admin.query(`drop database if exists ${name} with (force)`);
-  await admin.end();
-  await stopPg?.();
+  await db.drop();
 }

@@ -8,11 +8,9 @@
 // database; default: an embedded PostgreSQL started here on BENCH_PG_PORT, 25390, below the
 // ephemeral port range).
 import { readFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
+import { scratchDatabase } from './lib/scratch-database.ts';
 import { loadConfig } from '../src/config/config.ts';
-import { startEmbeddedPostgres } from '../src/db/embedded.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { createDatabase } from '../src/db/database.ts';
 import { type Server, startServer } from '../src/server.ts';
@@ -64,24 +62,9 @@ async function phase(label: string, a: Server, admin: pg.Client, db: string): Pr
   );
 }
 
-let adminUrl = process.env.DATABASE_URL;
-let stopPg: (() => Promise<void>) | undefined;
-if (!adminUrl) {
-  const port = Number(process.env.BENCH_PG_PORT ?? 25390);
-  const embedded = await startEmbeddedPostgres({
-    dir: path.join(os.tmpdir(), `commitfeed-bench-${port}`),
-    port,
-    fresh: true,
-  });
-  adminUrl = embedded.url;
-  stopPg = embedded.stop;
-}
-const name = `cf_bench_selfcheck_${process.pid}`;
-const admin = new pg.Client({ connectionString: adminUrl });
-await admin.connect();
-await admin.query(`create database ${name}`);
-const url = new URL(adminUrl);
-url.pathname = `/${name}`;
+const db = await scratchDatabase('selfcheck', 25390);
+const { admin, name } = db;
+const url = new URL(db.url);
 const servers: Server[] = [];
 try {
   const m = createDatabase({ url: url.toString(), poolSize: 1, statementTimeoutMs: 60_000, log: quiet });
@@ -102,7 +85,5 @@ try {
   );
 } finally {
   for (const s of servers.reverse()) await s.close();
-  await admin.query(`drop database if exists ${name} with (force)`);
-  await admin.end();
-  await stopPg?.();
+  await db.drop();
 }
