@@ -46,6 +46,8 @@ export interface QueuesOptions {
 
 /** Jobs this process enqueues between two statistics checks (see `grown`). */
 const STATS_CHECK_JOBS = 256;
+/** At most one statistics check a second: at 40,000 jobs/s, 256 jobs would be a check in flight at all times. */
+const STATS_CHECK_MIN_MS = 1000;
 
 export class Queues {
   readonly enqueuer: Batcher<CheckedJobInput, EnqueueOutcome>;
@@ -55,6 +57,7 @@ export class Queues {
   readonly db: Kysely<Database>;
   readonly feed: Feed;
   private enqueuedSinceCheck = 0;
+  private lastStatsCheckAt = 0;
   private statsCheck: Promise<void> | undefined;
 
   constructor(opts: QueuesOptions) {
@@ -108,11 +111,15 @@ export class Queues {
    * time goes"). So every STATS_CHECK_JOBS jobs enqueued here, the tables that doubled since their
    * last ANALYZE are analysed (the janitor's 10-second check, without waiting for it, and where the
    * janitor is off); new statistics make every connection plan its statements again. One check at a
-   * time; a failed one is ignored (the next comes STATS_CHECK_JOBS jobs later).
+   * time, at most one a second (STATS_CHECK_MIN_MS); a failed one is ignored (the next comes
+   * STATS_CHECK_JOBS jobs later).
    */
   private grown(jobs: number): void {
     this.enqueuedSinceCheck += jobs;
     if (this.enqueuedSinceCheck < STATS_CHECK_JOBS || this.statsCheck) return;
+    const now = performance.now();
+    if (now - this.lastStatsCheckAt < STATS_CHECK_MIN_MS) return;
+    this.lastStatsCheckAt = now;
     this.enqueuedSinceCheck = 0;
     this.statsCheck = analyzeChanged(this.db, 1000, 'doubled').then(
       () => {
