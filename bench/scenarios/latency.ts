@@ -46,27 +46,17 @@ export function loadAvg(): string {
 function systemsOf(ctx: Ctx, subStreams: string[], table: Table): System[] {
   const { opts } = ctx;
   const list: System[] = [];
-  if (ctx.commitfeed)
-    list.push({
-      name: CF_NAME,
-      sub: { kind: 'sse', port: ctx.commitfeed.port, streams: subStreams },
-      target: { kind: 'http', port: ctx.commitfeed.port },
-      pid: ctx.commitfeed.cp.pid,
-    });
-  if (ctx.floor && opts.peers.includes('floor'))
-    list.push({
-      name: FLOOR_NAME,
-      sub: { kind: 'sse', port: ctx.floor.port, streams: subStreams },
-      target: { kind: 'http', port: ctx.floor.port },
-      pid: ctx.floor.cp.pid,
-    });
+  // An HTTP server publishing by POST and serving SSE: commitfeed, the no-database floor, the naive peer.
+  const sse = (name: string, server: { port: number; cp: { pid?: number } }): System => ({
+    name,
+    sub: { kind: 'sse', port: server.port, streams: subStreams },
+    target: { kind: 'http', port: server.port },
+    pid: server.cp.pid,
+  });
+  if (ctx.commitfeed) list.push(sse(CF_NAME, ctx.commitfeed));
+  if (ctx.floor && opts.peers.includes('floor')) list.push(sse(FLOOR_NAME, ctx.floor));
   if (ctx.naive && opts.peers.includes('naive'))
-    list.push({
-      name: 'naive tx+notify, 50 ms polling SSE',
-      sub: { kind: 'sse', port: ctx.naive.port, streams: subStreams },
-      target: { kind: 'http', port: ctx.naive.port },
-      pid: ctx.naive.cp.pid,
-    });
+    list.push(sse('naive tx+notify, 50 ms polling SSE', ctx.naive));
   if (opts.peers.includes('nats')) {
     if (ctx.nats.ok)
       list.push({
