@@ -330,15 +330,28 @@ export async function feedRows(
   }));
 }
 
-/** A free TCP port on 127.0.0.1, for a process that needs a number before it starts (nginx, a replica
- * restarted at the same URL); the race with another process taking it meanwhile is harmless here. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * A free TCP port on 127.0.0.1 for a process that needs a number before it starts and may be
+ * restarted on it (PgBouncer, nginx, a replica killed and started again at the same URL).
+ *
+ * Chosen below Linux's ephemeral range (32768–60999), never from it: while such a process is down
+ * between a stop and its restart, any outgoing connection on the machine may be given its port as a
+ * local port (CI's parallel runs open thousands a second), and the restart then fails to bind —
+ * which is how a PgBouncer restart in the pooler chaos test once failed. Ports 27000–32767 sit
+ * above the test clusters' (TEST_PG_PORT + up to 1040) and are tried at random until one binds.
+ */
+export async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = 27000 + Math.floor(Math.random() * (32768 - 27000));
+    if (await bindable(port)) return port;
+  }
+  throw new Error('no free port in 27000-32767 after 200 tries');
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
   });
 }
