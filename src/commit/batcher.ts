@@ -15,7 +15,7 @@
  */
 import type { Db } from '../db/database.ts';
 import { ShuttingDownError } from '../errors.ts';
-import { isUnavailable } from '../db/database.ts';
+import { isUnavailable } from '../db/commit-outcome.ts';
 
 interface Pending<I, R> {
   events: readonly I[];

@@ -8,6 +8,7 @@
  */
 import { Kysely, PostgresDialect, type Transaction } from 'kysely';
 import pg from 'pg';
+import { commitOutcomeClass } from './commit-outcome.ts';
 import { pooledClientClass, transactionSettings } from './pooled-client.ts';
 import { PreparingClient } from './prepared.ts';
 
@@ -74,14 +75,14 @@ export function createDatabase(opts: DbOptions): {
 
 /** A pooled connection: no startup parameter at all (the pooler may refuse any). */
 function pooledClient(opts: DbOptions): pg.PoolConfig {
-  const base = opts.preparedStatements === false ? pg.Client : PreparingClient;
+  const base = commitOutcomeClass(opts.preparedStatements === false ? pg.Client : PreparingClient);
   return { Client: pooledClientClass(base, transactionSettings(opts), opts.statementTimeoutMs) };
 }
 
 /** A connection of its own to the server: its settings sent once, at connect. */
 function sessionClient(opts: DbOptions): pg.PoolConfig {
   return {
-    ...(opts.preparedStatements === false ? {} : { Client: PreparingClient }),
+    Client: commitOutcomeClass(opts.preparedStatements === false ? pg.Client : PreparingClient),
     statement_timeout: opts.statementTimeoutMs,
     application_name: opts.applicationName ?? 'commitfeed',
     // JIT compiles a plan when its cost estimate is high, which partitioned feed reads (many
@@ -100,30 +101,6 @@ function sessionClient(opts: DbOptions): pg.PoolConfig {
 /** The backend pid pg learnt at connect (BackendKeyData); not in pg's type declarations. */
 function pidOf(client: pg.PoolClient): number {
   return (client as unknown as { processID: number }).processID;
-}
-
-/** True for errors that mean "the database is unreachable or going away" (answer 503, retry later). */
-export function isUnavailable(err: unknown): boolean {
-  if (!err || typeof err !== 'object') return false;
-  const e = err as { code?: unknown; message?: unknown };
-  const code = typeof e.code === 'string' ? e.code : '';
-  const message = typeof e.message === 'string' ? e.message : '';
-  return (
-    code.startsWith('08') || // connection exception
-    code === '57P01' || // admin_shutdown
-    code === '57P02' || // crash_shutdown
-    code === '57P03' || // cannot_connect_now (starting up / shutting down)
-    code === '57014' || // query_canceled (statement_timeout)
-    code === '53300' || // too_many_connections
-    code === 'ECONNREFUSED' ||
-    code === 'ECONNRESET' ||
-    code === 'ENOTFOUND' ||
-    code === 'ETIMEDOUT' ||
-    code === 'EPIPE' ||
-    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended/i.test(
-      message,
-    )
-  );
 }
 
 /** Runs `fn` in `db`'s transaction, or in a new one when `db` is the pool. */

@@ -30,7 +30,8 @@
  * primary read fails as it would without standbys.
  */
 import { CompiledQuery, type Kysely } from 'kysely';
-import { type Database, type Db, isUnavailable } from '../db/database.ts';
+import { isUnavailable } from '../db/commit-outcome.ts';
+import type { Database, Db } from '../db/database.ts';
 import type { Cursor } from './cursor.ts';
 
 export type StandbyState = 'ok' | 'lagging' | 'down' | 'promoted';

@@ -5,9 +5,9 @@
  * (`body/0/type must be string`, `body/data is required`), whatever the route.
  */
 import { STATUS_CODES } from 'node:http';
-import type { FastifyError, FastifyInstance } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
 import { ApiError, RETRY_AFTER_S, ShuttingDownError } from '../errors.ts';
-import { isUnavailable } from '../db/database.ts';
+import { CommitUnknownError, isUnavailable } from '../db/commit-outcome.ts';
 
 /** The response schema of every error (OpenAPI and serialisation). */
 export const errorSchema = {
@@ -72,6 +72,15 @@ const FASTIFY_CODES: Record<string, [number, string]> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: [400, 'invalid_request'],
 };
 
+const COMMIT_UNKNOWN =
+  'the database connection was lost while the write was committing: it may have been stored. Retry with the same idempotency key; "duplicate": true in the answer means the first attempt was stored';
+
+/** A 503 with Retry-After: nothing the client sent was wrong; the same request may succeed later. */
+function retryLater(reply: FastifyReply, code: string, message: string): FastifyReply {
+  reply.header('retry-after', String(RETRY_AFTER_S));
+  return reply.code(503).send(errorBody(503, code, message));
+}
+
 export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (err instanceof ApiError) {
@@ -88,16 +97,15 @@ export function installErrorHandlers(app: FastifyInstance): void {
       const message = known[1] === 'invalid_json' ? `body is not valid JSON: ${err.message}` : err.message;
       return reply.code(known[0]).send(errorBody(known[0], known[1], message));
     }
-    if (err instanceof ShuttingDownError) {
-      reply.header('retry-after', String(RETRY_AFTER_S));
-      return reply.code(503).send(errorBody(503, 'shutting_down', err.message));
+    if (err instanceof ShuttingDownError) return retryLater(reply, 'shutting_down', err.message);
+    if (err instanceof CommitUnknownError) {
+      // Not "nothing stored": the client must retry with the same key to learn whether it was.
+      request.log.warn({ err: err.message }, 'commit outcome unknown');
+      return retryLater(reply, 'commit_unknown', COMMIT_UNKNOWN);
     }
     if (isUnavailable(err)) {
       request.log.warn({ err: err.message }, 'database unavailable');
-      reply.header('retry-after', String(RETRY_AFTER_S));
-      return reply
-        .code(503)
-        .send(errorBody(503, 'unavailable', 'the database is unavailable; retry after a short wait'));
+      return retryLater(reply, 'unavailable', 'the database is unavailable; retry after a short wait');
     }
     if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
       return reply.code(err.statusCode).send(errorBody(err.statusCode, 'invalid_request', err.message));

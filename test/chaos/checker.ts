@@ -11,8 +11,9 @@
  * - Writers: HTTP single publishes, HTTP batch publishes, and raw SQL transactions through
  *   appendEvents that sleep 0–200 ms before COMMIT or ROLLBACK (commits land out of id order).
  *   Every event carries a unique idempotency key. An HTTP publish whose outcome is unknown (503,
- *   connection error, killed server) is re-published with the same key until it gets an answer; a
- *   503 must never have committed (the retry would report `duplicate`), which is checked. Raw SQL
+ *   connection error, killed server, 503 `commit_unknown`) is re-published with the same key until it
+ *   gets an answer; any other 503 must never have committed (the retry would report `duplicate`),
+ *   which is checked. Raw SQL
  *   transactions that lose their connection at COMMIT are unknown and resolved from the table.
  * - Readers: SSE subscribers over a handful of streams (a few read several streams on one
  *   connection), half from `earliest`, half live; each disconnects at random and resumes with its
@@ -181,6 +182,8 @@ interface Ledger {
   got503: Set<string>;
   /** keys whose 503 turned out to have committed (a retry said duplicate). Must stay empty. */
   committedAfter503: string[];
+  /** keys answered 503 commit_unknown at least once (may have committed; resolved by the retry). */
+  commitUnknown: Set<string>;
   /** A writer saw the same key answered with two different ids. Must stay empty. */
   idMismatch: string[];
   httpPublishes: number;
@@ -341,6 +344,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       keys: new Map(),
       got503: new Set(),
       committedAfter503: [],
+      commitUnknown: new Set(),
       idMismatch: [],
       httpPublishes: 0,
       batchPublishes: 0,
@@ -478,6 +482,13 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
         } catch (err) {
           // Refused: never reached a server. Anything else (reset, killed server): unknown.
           if ((err as { cause?: { code?: string } }).cause?.code !== 'ECONNREFUSED') ambiguous = true;
+          if (stopped) return;
+          continue;
+        }
+        if (status === 503 && (json as { code?: string }).code === 'commit_unknown') {
+          // The connection was lost during the COMMIT: stored or not, the retry's answer tells.
+          ambiguous = true;
+          for (const it of items) ledger.commitUnknown.add(it.key);
           if (stopped) return;
           continue;
         }
@@ -786,7 +797,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     const verdict =
       `chaos ${ok ? 'PASS' : 'FAIL'} seed=${opts.seed} ${opts.durationS}s: ${committed} events committed ` +
       `(${rolledBack} rolled back, ${unknownResolved} unknown resolved from the table, ${ledger.got503.size} got a 503, ` +
-      `${ledger.committedAfter503.length} of those had committed), ${readers.length} readers over ${streams.length} streams, ` +
+      `${ledger.committedAfter503.length} of those had committed, ${ledger.commitUnknown.size} got commit_unknown), ${readers.length} readers over ${streams.length} streams, ` +
       `${counts.connects} connects, ${delivered} deliveries, faults=${counts.faults} ` +
       `(kill -9 ${counts.killService}, pg restart ${counts.restartPg}, listen cut ${counts.killListen}, pool cut ${counts.killPooled}, held tx ${counts.holdTx}` +
       (cluster ? `, replay paused ${counts.pauseReplay}, standby restart ${counts.restartStandby}` : '') +
