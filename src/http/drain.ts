@@ -11,6 +11,7 @@
  * its parts in reverse order, the app first). A request still in flight after the wait is logged
  * and dropped with its connection.
  */
+import type { ServerResponse } from 'node:http';
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { RETRY_AFTER_S } from '../errors.ts';
@@ -22,8 +23,15 @@ const DRAIN_MAX_MS = 10_000;
 
 export function installDrain(app: FastifyInstance, opts: { retryMs: number; release: () => void }): void {
   let shuttingDown = false;
-  let inFlight = 0;
+  /** The answers of the requests in flight (SSE streams too), until their response closes. */
+  const inFlight = new Set<ServerResponse>();
   let idle: (() => void) | undefined;
+  // One listener function for every response (`this` is the response), not a closure and a `once`
+  // wrapper per request: this runs on every request.
+  function closed(this: ServerResponse): void {
+    inFlight.delete(this);
+    if (inFlight.size === 0) idle?.();
+  }
   // Callback hooks, not async ones: they run on every request, and an async hook costs a promise
   // and a microtask turn each time.
   app.addHook('onRequest', (request, reply, done) => {
@@ -50,15 +58,10 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
         );
       return;
     }
-    inFlight++;
-    reply.raw.once('close', () => {
-      if (--inFlight === 0) idle?.();
-    });
+    inFlight.add(reply.raw);
+    // A response emits 'close' once.
+    reply.raw.on('close', closed);
     done();
-  });
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    if (shuttingDown) reply.header('connection', 'close');
-    done(null, payload);
   });
   app.addHook('preClose', async () => {
     shuttingDown = true;
@@ -68,14 +71,18 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
     // and Fastify drops what is left once preClose is done. (Its own close of the server later
     // finds it closed already.)
     if (app.server.listening) net.Server.prototype.close.call(app.server);
+    // The answers still to come close their connection (no onSend hook on every request for it):
+    // Node sends `connection: close` for a response that is not kept alive.
+    for (const res of inFlight) if (!res.headersSent) res.shouldKeepAlive = false;
     opts.release();
     endSseStreams(app, opts.retryMs);
-    if (inFlight > 0) {
+    if (inFlight.size > 0) {
       await new Promise<void>((resolve) => {
         idle = resolve;
         setTimeout(resolve, DRAIN_MAX_MS).unref();
       });
-      if (inFlight > 0) app.log.warn({ inFlight }, 'shutdown: requests still in flight after the drain wait');
+      if (inFlight.size > 0)
+        app.log.warn({ inFlight: inFlight.size }, 'shutdown: requests still in flight after the drain wait');
     }
   });
 }
