@@ -9,7 +9,7 @@
  * be stored as `null`. Prototype-poisoning keys (`__proto__`, `constructor.prototype`) stay errors, as in the default.
  */
 import { isUtf8 } from 'node:buffer';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors.ts';
 
 /** Deepest nesting of arrays and objects accepted in a request body. */
@@ -81,10 +81,33 @@ export function installJsonParser(app: FastifyInstance): void {
  * no page bound. Runs after validation, so only values the schema typed as numbers are checked.
  */
 export function installFiniteNumbers(app: FastifyInstance): void {
-  // A callback hook with plain loops: it runs on every request.
-  app.addHook('preHandler', (request, _reply, done) => {
-    done(nonFinite(request.query, 'query') ?? nonFinite(request.params, 'path'));
+  // Only on the routes whose query or path schema can make a number: a route's hook runs on each of
+  // its requests, and most routes (the publish among them) have none to check.
+  app.addHook('onRoute', (route) => {
+    const schema = route.schema as { querystring?: unknown; query?: unknown; params?: unknown } | undefined;
+    if (!makesNumbers(schema?.querystring ?? schema?.query) && !makesNumbers(schema?.params)) return;
+    const own = route.preHandler;
+    route.preHandler =
+      own === undefined ? [finiteNumbers] : [finiteNumbers, ...(Array.isArray(own) ? own : [own])];
   });
+}
+
+/** A callback hook with plain loops: it runs on every request of its routes. */
+function finiteNumbers(request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void {
+  done(nonFinite(request.query, 'query') ?? nonFinite(request.params, 'path'));
+}
+
+/** True when the schema may coerce a value to a number: a number or integer type anywhere in it, or
+ * anything it refers to (a `$ref` is not followed: counted as a number, to be safe). */
+function makesNumbers(schema: unknown): boolean {
+  if (schema === null || typeof schema !== 'object') return false;
+  for (const [k, v] of Object.entries(schema)) {
+    if (k === '$ref') return true;
+    if (k === 'type' && (v === 'number' || v === 'integer')) return true;
+    if (k === 'type' && Array.isArray(v) && (v.includes('number') || v.includes('integer'))) return true;
+    if (makesNumbers(v)) return true;
+  }
+  return false;
 }
 
 function nonFinite(values: unknown, where: string): ApiError | undefined {
