@@ -104,10 +104,16 @@ export interface FeedEvent extends Cursor, EventFields {
  * than a loop over EVENT_FIELDS: the tailer makes one per event it reads.
  */
 export function feedEvent(tx: string, id: string, e: EventFields, ms: number, suffix = ''): FeedEvent {
+  return eventAt(Number(tx), Number(id), cursorText(tx, id, suffix), e, ms);
+}
+
+/** feedEvent with the position's numbers and its cursor text already at hand (own-writes.ts makes
+ * one per event this process publishes, and has them without parsing). */
+export function eventAt(txid: number, id: number, cursor: string, e: EventFields, ms: number): FeedEvent {
   return {
-    txid: Number(tx),
-    id: Number(id),
-    cursor: cursorText(tx, id, suffix),
+    txid,
+    id,
+    cursor,
     stream: e.stream,
     type: e.type,
     key: e.key,

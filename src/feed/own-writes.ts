@@ -23,7 +23,7 @@
  */
 import { type Cursor, compareCursors } from './cursor.ts';
 import type { EventFields, FeedEvent } from './event.ts';
-import { feedEvent } from './event.ts';
+import { eventAt } from './event.ts';
 
 interface Written {
   tx: string;
@@ -67,12 +67,15 @@ export class OwnWrites {
       .filter((w): w is Written => w !== undefined && w.txid >= after.txid && w.txid <= upTo.txid)
       .sort((a, b) => a.txid - b.txid);
     for (const w of listed) {
-      for (let i = 0; i < w.ids.length; i++) {
-        const at = { txid: w.txid, id: w.ids[i] };
-        if (compareCursors(at, after) <= 0) continue;
-        if (compareCursors(at, upTo) > 0) break;
-        out.push(feedEvent(w.tx, String(w.ids[i]), w.events[i], w.ms, suffix));
-      }
+      // The ids ascend: skip those at or before `after` from the front and those past `upTo` from the
+      // back (mostly none: a transaction lies wholly inside), with no comparison per event between.
+      const { txid, ids } = w;
+      let i = 0;
+      while (i < ids.length && compareAt(txid, ids[i], after) <= 0) i++;
+      let end = ids.length;
+      while (end > i && compareAt(txid, ids[end - 1], upTo) > 0) end--;
+      const prefix = `${w.tx}-`;
+      for (; i < end; i++) out.push(eventAt(txid, ids[i], prefix + ids[i] + suffix, w.events[i], w.ms));
     }
     return out;
   }
@@ -93,6 +96,12 @@ export class OwnWrites {
   get size(): number {
     return this.held;
   }
+}
+
+/** compareCursors((txid, id), c) without making the pair. */
+function compareAt(txid: number, id: number, c: Cursor): number {
+  if (txid !== c.txid) return txid < c.txid ? -1 : 1;
+  return id < c.id ? -1 : id > c.id ? 1 : 0;
 }
 
 /** Merges two lists each in feed order into one. */
