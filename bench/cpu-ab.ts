@@ -7,6 +7,7 @@
 // machine load; the medians are the figures to compare.
 //
 //   npx tsx bench/cpu-ab.ts --dirs /tmp/before,/tmp/after --db wt_x_ab --port 3290 --rounds 5
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -110,15 +111,17 @@ async function main(): Promise<void> {
     const rps = systems.map(() => [] as number[]);
     const p50 = systems.map(() => [] as number[]);
     for (let round = 0; round < Number(v.rounds); round++) {
-      const load = (await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').split(' ')[0];
+      const load = readFileSync('/proc/loadavg', 'utf8').split(' ')[0];
       const cells: string[] = [];
-      for (const [j, s] of systems.entries()) {
-        const t = await turn(s, Number(v.sec));
-        us[j].push(t.us);
-        rps[j].push(t.rps);
-        p50[j].push(t.p50);
-        cells.push(`${t.us.toFixed(1)}`);
+      // Each round starts one system later, so that no system always follows the same one.
+      for (let n = 0; n < systems.length; n++) {
+        const j = (round + n) % systems.length;
+        const t = await turn(systems[j], Number(v.sec));
+        us[j][round] = t.us;
+        rps[j][round] = t.rps;
+        p50[j][round] = t.p50;
       }
+      for (const j of systems.keys()) cells.push(us[j][round].toFixed(1));
       console.log(`round ${round + 1} (load ${load}): µs/req ${cells.join(' / ')}`);
     }
     // Paired within each round (the same minute's load): each tree's CPU per publish ÷ the floor's,
@@ -135,13 +138,14 @@ async function main(): Promise<void> {
           .join(', ')})`,
       );
     }
-    if (systems.length > 2) {
-      const last = systems.length - 1;
-      console.log(
-        `last ÷ first tree, per round: median ${median(pair(last, 1)).toFixed(3)} (${pair(last, 1)
-          .map((x) => x.toFixed(3))
-          .join(', ')})`,
-      );
+    // Each tree against the one before it (commits in order: before → after of each change), and
+    // the last against the first.
+    const steps = systems.map((_, j) => [j, j - 1] as const).slice(2);
+    if (systems.length > 3) steps.push([systems.length - 1, 1]);
+    for (const [j, k] of steps) {
+      const r = pair(j, k);
+      const each = r.map((x) => x.toFixed(3)).join(', ');
+      console.log(`tree ${j - 1} ÷ tree ${k - 1}, per round: median ${median(r).toFixed(3)} (${each})`);
     }
     const floor = median(us[0]);
     for (const [j, s] of systems.entries()) {
