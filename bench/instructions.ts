@@ -87,7 +87,12 @@ cp.stderr!.on('data', (b: Buffer) => {
 });
 
 function control(args: string[]): string {
-  return execFileSync('callgrind_control', [...args, String(cp.pid)], { encoding: 'utf8' });
+  // vgdb names its files after the HOST and USER variables; the server's HOST (its listen address)
+  // must be callgrind_control's too, or it looks for files that do not exist.
+  return execFileSync('callgrind_control', [...args, String(cp.pid)], {
+    encoding: 'utf8',
+    env: { ...process.env, HOST: env.HOST },
+  });
 }
 
 async function publishMany(total: number, stream: string, conns: number): Promise<number> {
