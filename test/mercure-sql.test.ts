@@ -5,8 +5,10 @@ import { hasForbiddenChars } from '../src/mercure/form.ts';
 import type { CheckedEventInput } from '../src/feed/event.ts';
 import { OwnWrites } from '../src/feed/own-writes.ts';
 import { appendCheckedEvents } from '../src/feed/queries/append-checked.ts';
-import type { StoredUpdate } from '../src/mercure/frames.ts';
-import { type MercureUpdate, reservedTopic, updateEvent, updateId } from '../src/mercure/publish.ts';
+import { toEvent } from '../src/feed/queries/event-columns.ts';
+import { updateOf } from '../src/mercure/frames.ts';
+import { positionId } from '../src/mercure/ids.ts';
+import { type MercureUpdate, publishedId, reservedTopic, updateEvent } from '../src/mercure/publish.ts';
 import { TOPIC_RANGE_SQL, readTopicRange } from '../src/mercure/queries.ts';
 import { START } from '../src/feed/cursor.ts';
 import { openSse, pgClient, sqlClient, startTestServer, testDatabase } from './helpers.ts';
@@ -136,20 +138,8 @@ t.test('exact-topic catch-up reads the topic indexes, not the whole updates stre
   t.same(
     page.events.map((e) => e.data),
     [
-      JSON.stringify({
-        topics: ['urn:e:7'],
-        id: JSON.parse(page.events[0].data).id,
-        private: false,
-        retry: null,
-        data: 'x',
-      }),
-      JSON.stringify({
-        topics: ['urn:f:7', 'urn:e:7'],
-        id: JSON.parse(page.events[1].data).id,
-        private: false,
-        retry: null,
-        data: 'y',
-      }),
+      JSON.stringify({ topics: ['urn:e:7'], data: 'x' }),
+      JSON.stringify({ topics: ['urn:f:7', 'urn:e:7'], data: 'y' }),
     ],
     'an update found by its canonical topic, then one by an alternate one, in feed order',
   );
@@ -170,16 +160,22 @@ t.test('an HTTP publish stores what commitfeed.mercure_append stores, byte for b
     },
     { topics: ['urn:b', 'urn:c'], data: null, private: false, id: 'p-3', type: null, retry: 0 },
     { topics: ['urn:d'], data: '', private: false, id: 'p-4', type: null, retry: null },
+    // Generated ids: no `mid`, no id in the row (the id is the row's position).
+    { topics: ['urn:g'], data: 'g', private: false, id: null, type: null, retry: null },
+    { topics: ['urn:h', 'urn:i'], data: null, private: true, id: null, type: 'x', retry: 5 },
   ];
+  const sqlIds: string[] = [];
   for (const u of updates) {
-    await mercurePublish(db, {
-      topic: u.topics,
-      data: u.data,
-      private: u.private,
-      id: u.id,
-      type: u.type,
-      retry: u.retry,
-    });
+    sqlIds.push(
+      await mercurePublish(db, {
+        topic: u.topics,
+        data: u.data,
+        private: u.private,
+        id: u.id,
+        type: u.type,
+        retry: u.retry,
+      }),
+    );
   }
   const viaSql = await sql<{ stream: string; type: string | null; data: string; mid: string; topic: string }>`
     select stream, type, data::text as data, mid, topic from commitfeed.feed order by txid, id`.execute(db);
@@ -193,8 +189,8 @@ t.test('an HTTP publish stores what commitfeed.mercure_append stores, byte for b
   const sqlTopics = await topicRows();
   await sql`truncate commitfeed.feed, commitfeed.mercure_topics`.execute(db);
   const own = new OwnWrites(100);
-  const events = updates.map((u) => updateEvent(u, updateId(u)));
-  await appendCheckedEvents(db, events, own);
+  const events = updates.map((u) => updateEvent(u));
+  const results = await appendCheckedEvents(db, events, own);
   const viaHttp = await sql<{
     stream: string;
     type: string | null;
@@ -210,9 +206,23 @@ t.test('an HTTP publish stores what commitfeed.mercure_append stores, byte for b
     'topic rows carry their feed row time',
   );
   t.equal(own.size, updates.length, 'the group commit holds the updates for the tailer');
+  const positions = (
+    await sql<{ txid: string; id: string }>`
+      select f.txid::text as txid, f.id::text as id from commitfeed.feed f order by f.txid, f.id`.execute(db)
+  ).rows;
   for (const [i, u] of updates.entries()) {
-    const parsed = JSON.parse(viaHttp.rows[i].data) as StoredUpdate;
-    t.same(parsed, { topics: u.topics, id: u.id, private: u.private, retry: u.retry, data: u.data });
+    const e = { ...toEvent({ ...viaHttp.rows[i], key: null, ...positions[i], ms: 0 }) };
+    t.same(updateOf(e), {
+      topics: u.topics,
+      id: u.id ?? positionId(positions[i].txid, positions[i].id),
+      private: u.private,
+      retry: u.retry,
+      data: u.data,
+    });
+    t.equal(publishedId(u, results[i].id), updateOf(e).id, 'the publish answers the id frames carry');
+    if (u.id === null)
+      t.match(sqlIds[i], /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    else t.equal(sqlIds[i], u.id);
   }
 });
 
@@ -230,8 +240,7 @@ t.test('a group of keyed native events and Mercure updates is one transaction', 
   };
   const native = (key: string | null, n: number) =>
     ({ stream: 'k', type: null, key, data: String(n) }) as CheckedEventInput;
-  const id = updateId(u);
-  const results = await appendCheckedEvents(db, [native('a', 1), updateEvent(u, id), native(null, 2)], own);
+  const results = await appendCheckedEvents(db, [native('a', 1), updateEvent(u), native(null, 2)], own);
   t.same(
     results.map((r) => [r.stream, r.duplicate]),
     [
@@ -246,7 +255,7 @@ t.test('a group of keyed native events and Mercure updates is one transaction', 
   t.equal(own.size, 0, 'not held: read from the table');
   const bad = await appendCheckedEvents(db, [
     native('b', 3),
-    updateEvent({ ...u, id: 'dup' }, 'dup'),
+    updateEvent({ ...u, id: 'dup' }),
     { stream: 'k', type: null, key: 'c', data: '{not json' } as CheckedEventInput,
   ]).catch((err: Error) => err);
   t.ok(bad instanceof Error, 'a bad event fails the group');

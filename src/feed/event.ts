@@ -76,7 +76,8 @@ export type EventInput = Omit<EventFields, TextFieldName> & Partial<Pick<EventFi
  * the others are rows of commitfeed.mercure_topics).
  */
 export interface UpdateLookup {
-  mid: string;
+  /** The id its publisher gave (the `mid` column); null: the hub's generated id, its position. */
+  mid: string | null;
   topics: readonly string[];
 }
 

@@ -5,17 +5,32 @@
  * character (refused at publish), and data cannot escape its `data:` lines, so no field can be
  * injected. Empty or absent data still sends `data: ` (an event without data never fires).
  *
- * Built in JavaScript from the feed row's `data` ({"topics","id","private","retry","data"}, written
- * by commitfeed.mercure_append) once per event and cached beside it, whoever receives it.
+ * Built in JavaScript from the feed row's `data` (see StoredUpdate) once per event and cached beside
+ * it, whoever receives it.
  */
 import type { FeedEvent } from '../feed/event.ts';
+import { positionId } from './ids.ts';
 
-/** The stored form of an update, as the feed row's `data` holds it. */
+/** An update as the hub reads it from a feed row (updateOf). */
 export interface StoredUpdate {
   topics: string[];
   id: string;
   private: boolean;
   retry: number | null;
+  data: string | null;
+}
+
+/**
+ * The feed row's `data`: {"topics", "id", "private", "retry", "data"} as written before change 3
+ * (bench/RESULTS.md, "Mercure publish cost"; such rows stay readable), now without what is implied:
+ * no `id` when the hub generated it (it is the row's position, ids.ts), no `private` when false, no
+ * `retry` when null. A smaller row, and no id index entry for generated ids.
+ */
+interface StoredForm {
+  topics: string[];
+  id?: string;
+  private?: boolean;
+  retry?: number | null;
   data: string | null;
 }
 
@@ -29,7 +44,14 @@ const frames = new WeakMap<FeedEvent, string>();
 export function updateOf(e: FeedEvent): StoredUpdate {
   let u = parsed.get(e);
   if (u === undefined) {
-    u = JSON.parse(e.data) as StoredUpdate;
+    const s = JSON.parse(e.data) as StoredForm;
+    u = {
+      topics: s.topics,
+      id: s.id ?? positionId(e.txid, e.id),
+      private: s.private === true,
+      retry: s.retry ?? null,
+      data: s.data ?? null,
+    };
     parsed.set(e, u);
   }
   return u;

@@ -15,7 +15,7 @@ import type { MercureAuthorizer } from './authorize.ts';
 import { sendMercureError } from './challenge.ts';
 import { parseForm } from './form.ts';
 import type { MercureStats } from './metrics.ts';
-import { HUB_PATH, updateEvent, updateFromForm, updateId } from './publish.ts';
+import { HUB_PATH, publishedId, updateEvent, updateFromForm } from './publish.ts';
 
 export interface PublishRouteDeps {
   config: Config;
@@ -73,8 +73,8 @@ async function publishUpdate(
     const no = authorizer.forbidden('the token does not grant publishing on every topic of the update');
     if (!no.ok) return sendMercureError(reply, no);
   }
-  const id = updateId(update);
-  await batcher.publish([updateEvent(update, id)]);
+  const [written] = await batcher.publish([updateEvent(update)]);
+  const id = publishedId(update, written.id);
   stats.published++;
   return reply.type('text/plain; charset=utf-8').send(id);
 }

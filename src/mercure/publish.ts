@@ -8,7 +8,6 @@
  * (src/sql/mercure-append.sql), which restates these checks for callers that reach the database
  * directly. Both end in commitfeed.append_plain.
  */
-import { randomUUID } from 'node:crypto';
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { CheckedEventInput, EventFields, UpdateLookup } from '../feed/event.ts';
@@ -16,6 +15,7 @@ import { prepared } from '../db/prepared.ts';
 import { ApiError } from '../errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
 import { MERCURE_STREAM } from './frames.ts';
+import { positionId } from './ids.ts';
 
 /** One update. `topics[0]` is the canonical topic, the rest are alternates. */
 export interface MercureUpdate {
@@ -242,30 +242,36 @@ export function validateUpdate(
   }
 }
 
-/** The id an update is published under: its own, else a generated urn:uuid (version 4). */
-export function updateId(u: MercureUpdate): string {
-  return u.id ?? `urn:uuid:${randomUUID()}`;
-}
-
 /**
  * An update checked by validateUpdate as a feed event for the group commit (the same statement,
- * notify and own-writes hold as native publishes): the hub's stream, its stored form as `data`
- * (what commitfeed.mercure_append stores, frames.ts reads), and its lookup (id and distinct topics).
+ * notify and own-writes hold as native publishes): the hub's stream, its stored form as `data` (see
+ * StoredForm in frames.ts: what commitfeed.mercure_append stores too), and its lookup (the id the
+ * publisher gave, else null: a generated id is the row's position, ids.ts; its distinct topics).
  */
-export function updateEvent(u: MercureUpdate, id: string): CheckedEventInput {
-  const data =
-    `{"topics":${JSON.stringify(u.topics)},"id":${JSON.stringify(id)},"private":${u.private}` +
-    // JSON strings: U+0000 survives as \u0000 (PostgreSQL text cannot hold it).
-    `,"retry":${u.retry ?? 'null'},"data":${u.data === null ? 'null' : JSON.stringify(u.data)}}`;
+export function updateEvent(u: MercureUpdate): CheckedEventInput {
+  let data = `{"topics":${JSON.stringify(u.topics)}`;
+  if (u.id !== null) data += `,"id":${JSON.stringify(u.id)}`;
+  if (u.private) data += ',"private":true';
+  if (u.retry !== null) data += `,"retry":${u.retry}`;
+  // A JSON string: U+0000 survives as \u0000 (PostgreSQL text cannot hold it).
+  data += `,"data":${u.data === null ? 'null' : JSON.stringify(u.data)}}`;
   const topics = u.topics.length === 1 ? u.topics : [...new Set(u.topics)];
   const event: EventFields & { lookup: UpdateLookup } = {
     stream: MERCURE_STREAM,
     type: u.type,
     key: null,
     data,
-    lookup: { mid: id, topics },
+    lookup: { mid: u.id, topics },
   };
   return event as CheckedEventInput;
+}
+
+/** The id of an update written at `cursor` (its append result's): its own, else the generated one. */
+export function publishedId(u: MercureUpdate, cursor: string): string {
+  if (u.id !== null) return u.id;
+  const m = /^(\d+)-(\d+)/.exec(cursor);
+  if (m === null) throw new Error(`an append returned the cursor ${JSON.stringify(cursor)}`);
+  return positionId(m[1], m[2]);
 }
 
 export const MERCURE_APPEND_SQL = prepared(

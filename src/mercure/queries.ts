@@ -11,6 +11,7 @@ import { prepared } from '../db/prepared.ts';
 import type { Cursor } from '../feed/cursor.ts';
 import { EVENT_COLUMNS } from '../feed/queries/event-columns.ts';
 import { type MarkedPage, markedPageSql, readMarkedPage } from '../feed/queries/marked-page.ts';
+import { positionId, positionOfId } from './ids.ts';
 
 /**
  * Updates with any of the topics in $1 in (($2,$3), ($4,$5)], in feed order, at most $6, with the trim
@@ -59,30 +60,41 @@ export async function readTopicRange(
   ]);
 }
 
+// The earliest of: the updates whose publisher gave `mid` (its index), and the update whose generated
+// id it is (ids.ts: the position it names, which stores no id; $2/$3 NULL when `mid` names none).
 const ID_LOOKUP_SQL = prepared(`
-  select f.txid::text as txid, f.id::text as id from commitfeed.feed f
-  where f.mid = $1 and f.stream = 'mercure/updates'
-  order by f.txid, f.id
+  select x.txid::text as txid, x.id::text as id from (
+    (select f.txid, f.id from commitfeed.feed f
+     where f.mid = $1 and f.stream = 'mercure/updates'
+     order by f.txid, f.id
+     limit 1)
+    union all
+    (select f.txid, f.id from commitfeed.feed f
+     where f.txid = $2::xid8 and f.id = $3::int8 and f.mid is null and f.stream = 'mercure/updates')) x
+  order by x.txid, x.id
   limit 1`);
 
 /** The position of the earliest update bearing `mid` (draft: a reused id means its first use). */
 export async function findUpdateId(db: Db, mid: string): Promise<Cursor | undefined> {
+  const at = positionOfId(mid);
   const { rows } = await db.executeQuery<{ txid: string; id: string }>(
-    CompiledQuery.raw(ID_LOOKUP_SQL, [mid]),
+    CompiledQuery.raw(ID_LOOKUP_SQL, [mid, at?.txid ?? null, at?.id ?? null]),
   );
   return rows[0] === undefined ? undefined : { txid: Number(rows[0].txid), id: Number(rows[0].id) };
 }
 
 const LAST_ID_SQL = prepared(`
-  select f.mid from commitfeed.feed f
+  select f.mid, f.txid::text as txid, f.id::text as id from commitfeed.feed f
   where f.stream = 'mercure/updates' and (f.txid, f.id) <= ($1::xid8, $2::int8)
   order by f.txid desc, f.id desc
   limit 1`);
 
 /** The id of the last update at or before `at` (undefined: none is held). */
 export async function lastUpdateId(db: Db, at: Cursor): Promise<string | undefined> {
-  const { rows } = await db.executeQuery<{ mid: string }>(
+  const { rows } = await db.executeQuery<{ mid: string | null; txid: string; id: string }>(
     CompiledQuery.raw(LAST_ID_SQL, [String(at.txid), at.id]),
   );
-  return rows[0]?.mid;
+  const r = rows[0];
+  if (r === undefined) return undefined;
+  return r.mid ?? positionId(r.txid, r.id);
 }
