@@ -53,7 +53,7 @@ interface Kind {
 }
 
 const rep = <T>(g: number, x: () => T): T[] => Array.from({ length: g }, x);
-/** The stored form of an update (src/mercure/frames.ts StoredUpdate), built as JavaScript would. */
+/** The stored form of an update before change 3 (every field, the id in the row), built as JavaScript would. */
 const stored = (id: string) =>
   `{"topics":${JSON.stringify([TOPIC])},"id":${JSON.stringify(id)},"private":false,"retry":null,"data":${JSON.stringify(DATA)}}`;
 
@@ -81,7 +81,41 @@ const KINDS: Kind[] = [
   },
   {
     name: 'hub',
-    what: 'the group commit statement of HTTP Mercure publishes: append_plain with the stored updates, their ids and canonical topics (as src/feed/queries/append-plain.ts sends it)',
+    what: 'the group commit statement of HTTP Mercure publishes (generated ids): append_plain with the stored updates and their canonical topics, no mid (the id is the position), as src/feed/queries/append-plain.ts sends it',
+    sql: 'select tx, ids, ms from commitfeed.append_plain($1::text[], $2::text[], $3::json[], $4::text[], $5::text[], $6::text[], $7::int[])',
+    params: (g) => [
+      rep(g, () => 'mercure/updates'),
+      rep(g, () => null),
+      rep(g, () => `{"topics":${JSON.stringify([TOPIC])},"data":${JSON.stringify(DATA)}}`),
+      rep(g, () => null),
+      rep(g, () => TOPIC),
+      null,
+      null,
+    ],
+  },
+  {
+    name: 'hub-given',
+    what: 'the same with publisher-given ids (each in mid, feed_mid_idx, and in the row)',
+    sql: 'select tx, ids, ms from commitfeed.append_plain($1::text[], $2::text[], $3::json[], $4::text[], $5::text[], $6::text[], $7::int[])',
+    params: (g) => {
+      const ids = rep(g, () => `urn:uuid:${randomUUID()}`);
+      return [
+        rep(g, () => 'mercure/updates'),
+        rep(g, () => null),
+        ids.map(
+          (id) =>
+            `{"topics":${JSON.stringify([TOPIC])},"id":${JSON.stringify(id)},"data":${JSON.stringify(DATA)}}`,
+        ),
+        ids,
+        rep(g, () => TOPIC),
+        null,
+        null,
+      ];
+    },
+  },
+  {
+    name: 'hub-before',
+    what: 'the group commit statement before change 3: every id generated as a random urn:uuid in mid and in the row, private and retry written',
     sql: 'select tx, ids, ms from commitfeed.append_plain($1::text[], $2::text[], $3::json[], $4::text[], $5::text[], $6::text[], $7::int[])',
     params: (g) => {
       const ids = rep(g, () => `urn:uuid:${randomUUID()}`);

@@ -27,7 +27,7 @@ import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
 import { MercureAuthorizer } from './mercure/authorize.ts';
 import { discoveryRoutes } from './mercure/discovery.ts';
-import { lastUpdateId } from './mercure/queries.ts';
+import { lastUpdateId, loadMercureIds } from './mercure/queries.ts';
 import { MercureStats } from './mercure/metrics.ts';
 import { mercureRoutes } from './mercure/routes.ts';
 import { ActiveSubscriptions } from './mercure/active-subscriptions.ts';
@@ -155,6 +155,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
  */
 async function mercureHub(app: FastifyInstance, deps: AppDeps, stats: MercureStats): Promise<void> {
   const authorizer = new MercureAuthorizer(deps.config, app.log);
+  const ids = await loadMercureIds(deps.db);
   let activeSubscriptions: ActiveSubscriptions | undefined;
   if (deps.config.mercureSubscriptions) {
     const active = new ActiveSubscriptions(
@@ -173,11 +174,11 @@ async function mercureHub(app: FastifyInstance, deps: AppDeps, stats: MercureSta
     activeSubscriptionRoutes(app, {
       activeSubscriptions: active,
       authorizer,
-      lastEventId: async () => (await lastUpdateId(deps.db, deps.feed.tailer.position)) ?? 'earliest',
+      lastEventId: async () => (await lastUpdateId(deps.db, deps.feed.tailer.position, ids)) ?? 'earliest',
       legacy: deps.config.mercureProtocolCompatibility === 8,
     });
     activeSubscriptions = active;
   }
-  await mercureRoutes(app, { ...deps, authorizer, activeSubscriptions, stats });
+  await mercureRoutes(app, { ...deps, authorizer, activeSubscriptions, stats, ids });
   discoveryRoutes(app, deps.config, { activeSubscriptions: activeSubscriptions !== undefined });
 }

@@ -34,7 +34,7 @@ t.test('publish: 200 text/plain with a generated urn:uuid, or the given id (P6, 
   );
   t.equal(a.status, 200);
   t.equal(a.type, 'text/plain; charset=utf-8');
-  t.match(a.text, /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  t.match(a.text, /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   const b = await post(
     server.url,
     form([

@@ -1,49 +1,63 @@
-// Generated Mercure ids are the update's position (src/mercure/ids.ts): JavaScript and SQL mint the
-// same text, resuming from one finds its update without an id index entry, and updates stored in the
-// earlier form (every id in `mid` and in the row, {"topics","id","private","retry","data"}) are still
-// served and resumed from as before.
+// Generated Mercure ids of HTTP publishes are the update's position, encrypted (src/mercure/ids.ts):
+// resuming from one finds its update without an id index entry, and updates stored in the earlier
+// form (every id in `mid` and in the row, {"topics","id","private","retry","data"}) are still served
+// and resumed from as before.
 import { sql } from 'kysely';
 import t from 'tap';
-import { positionId, positionOfId } from '../src/mercure/ids.ts';
+import { randomBytes } from 'node:crypto';
+import { MercureIds } from '../src/mercure/ids.ts';
+import { loadMercureIds } from '../src/mercure/queries.ts';
 import { openSse, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 const HUB = '/.well-known/mercure';
 
-t.test('JavaScript and SQL mint the same id for a position, and read it back', async (t) => {
-  const db = sqlClient(t, await testDatabase(t));
-  const cases: [bigint, bigint][] = [
-    [0n, 0n],
-    [1n, 1n],
-    [4_294_968_000n, 123_456_789n],
-    [(1n << 53n) - 1n, (1n << 53n) + 1n],
-    [(1n << 60n) - 1n, (1n << 62n) - 1n],
-  ];
-  for (const [tx, id] of cases) {
-    const js = positionId(tx, id);
-    const { rows } = await sql<{ id: string }>`
-      select commitfeed.mercure_position_id(${tx.toString()}::xid8, ${id.toString()}::int8) as id`.execute(
-      db,
+const V4 = /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+t.test(
+  'a generated id is its position encrypted: a UUIDv4 that decrypts back, and only with its key',
+  async (t) => {
+    const ids = new MercureIds(randomBytes(32));
+    const other = new MercureIds(randomBytes(32));
+    const cases: [bigint, bigint][] = [
+      [0n, 0n],
+      [1n, 1n],
+      [1n, 2n],
+      [2n, 1n],
+      [4_294_968_000n, 123_456_789n],
+      [(1n << 53n) - 1n, (1n << 53n) + 1n],
+      [(1n << 60n) - 1n, (1n << 62n) - 1n],
+    ];
+    const seen = new Set<string>();
+    for (const [tx, id] of cases) {
+      const mid = ids.idOf(tx, id);
+      t.match(mid, V4, `${tx}-${id}`);
+      t.same(ids.positionOf(mid), { txid: tx.toString(), id: id.toString() });
+      t.not(other.idOf(tx, id), mid, 'another database mints another id');
+      seen.add(mid);
+    }
+    t.equal(seen.size, cases.length, 'distinct positions, distinct ids');
+    // Neighbouring positions share no visible prefix (nothing of their order shows).
+    const a = ids.idOf(1000, 5000);
+    const b = ids.idOf(1000, 5001);
+    t.not(a.slice(9, 17), b.slice(9, 17));
+    t.throws(() => ids.idOf(1n << 60n, 1), /out of range/);
+    t.throws(() => ids.idOf(1, 1n << 62n), /out of range/);
+    t.throws(() => new MercureIds(Buffer.alloc(8)), /too short/);
+    for (const no of [
+      'urn:uuid:00000000-0000-8000-8000-000000000001', // version 8
+      'urn:uuid:00000000-0000-4000-0000-000000000001', // variant 0
+      'URN:UUID:E1EE88E2-532A-4D6F-BA70-F0F8BD584022',
+      'x',
+    ]) {
+      t.equal(ids.positionOf(no), undefined, no);
+    }
+    const any = ids.positionOf('urn:uuid:e1ee88e2-532a-4d6f-ba70-f0f8bd584022');
+    t.ok(
+      any !== undefined && BigInt(any.txid) < 1n << 60n,
+      'any UUIDv4 names some position (checked by the lookup)',
     );
-    t.equal(rows[0].id, js, `${tx}-${id}`);
-    t.match(js, /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-    t.same(positionOfId(js), { txid: tx.toString(), id: id.toString() });
-  }
-  t.throws(() => positionId(1n << 60n, 1), /out of range/);
-  t.throws(() => positionId(1, 1n << 62n), /out of range/);
-  await t.rejects(
-    sql`select commitfeed.mercure_position_id((1::int8 << 60)::text::xid8, 1)`.execute(db),
-    /out of range/,
-  );
-  for (const other of [
-    'urn:uuid:e1ee88e2-532a-4d6f-ba70-f0f8bd584022', // version 4
-    'urn:uuid:00000000-0000-8000-0000-000000000001', // variant 0
-    'URN:UUID:00000000-0000-8000-8000-000000000001',
-    'urn:uuid:00000000-0000-8000-8000-00000000000A',
-    'x',
-  ]) {
-    t.equal(positionOfId(other), undefined, other);
-  }
-});
+  },
+);
 
 async function publish(base: string, pairs: [string, string][]): Promise<string> {
   const res = await fetch(`${base}${HUB}`, {
@@ -58,7 +72,7 @@ async function publish(base: string, pairs: [string, string][]): Promise<string>
 t.test('rows of the earlier stored form are served and resumed from beside generated ids', async (t) => {
   const url = await testDatabase(t);
   const db = sqlClient(t, url);
-  // As the hub wrote an update before generated ids were positions: its id in `mid` and in the row,
+  // As the hub wrote an update before generated ids were encrypted positions: its id in `mid` and in the row,
   // every field present.
   const oldId = 'urn:uuid:e1ee88e2-532a-4d6f-ba70-f0f8bd584022';
   const stored = (id: string, data: string, priv: boolean) =>
@@ -72,17 +86,21 @@ t.test('rows of the earlier stored form are served and resumed from beside gener
     ['topic', 'urn:t'],
     ['data', 'new-1'],
   ]);
-  t.not(positionOfId(generated), undefined, 'a generated id is a position');
+  const ids = await loadMercureIds(db);
+  t.match(generated, V4);
   const viaSql = (
     await sql<{
       id: string;
     }>`select commitfeed.mercure_publish('urn:t'::text, 'new-2', retry => 7) as id`.execute(db)
   ).rows[0].id;
-  t.not(positionOfId(viaSql), undefined, 'so is one generated in SQL');
+  t.match(viaSql, V4, 'SQL generates a random one');
   const { rows } = await sql<{ mids: number; ided: number }>`
     select count(mid)::int as mids, count(*) filter (where data::jsonb ? 'id')::int as ided
     from commitfeed.feed where stream = 'mercure/updates'`.execute(db);
-  t.same(rows[0], { mids: 2, ided: 2 }, 'generated ids are not stored: neither in mid nor in the row');
+  t.same(rows[0], { mids: 3, ided: 3 }, 'an HTTP publish stores its generated id nowhere');
+  const { rows: pos } = await sql<{ txid: string; id: string }>`
+    select f.txid::text as txid, f.id::text as id from commitfeed.feed f where f.mid is null`.execute(db);
+  t.equal(ids.idOf(pos[0].txid, pos[0].id), generated, 'it is its row position, encrypted');
 
   const sub = (last: string) => openSse(t, `${base}${HUB}?match=urn:t`, { 'last-event-id': last });
   const all = await sub('earliest');
@@ -124,7 +142,7 @@ t.test('rows of the earlier stored form are served and resumed from beside gener
   const { rows: nat } = await sql<{ txid: string; id: string }>`
     select txid::text as txid, id::text as id from commitfeed.feed where stream = 'n'`.execute(db);
   const res = await fetch(`${base}${HUB}?match=urn:t`, {
-    headers: { accept: 'text/event-stream', 'last-event-id': positionId(nat[0].txid, nat[0].id) },
+    headers: { accept: 'text/event-stream', 'last-event-id': ids.idOf(nat[0].txid, nat[0].id) },
   });
   t.equal(res.headers.get('mercure-last-event-id'), 'earliest', 'not an update: unknown');
   await res.body?.cancel();

@@ -9,7 +9,7 @@
  * it, whoever receives it.
  */
 import type { FeedEvent } from '../feed/event.ts';
-import { positionId } from './ids.ts';
+import type { MercureIds } from './ids.ts';
 
 /** An update as the hub reads it from a feed row (updateOf). */
 export interface StoredUpdate {
@@ -23,7 +23,7 @@ export interface StoredUpdate {
 /**
  * The feed row's `data`: {"topics", "id", "private", "retry", "data"} as written before change 3
  * (bench/RESULTS.md, "Mercure publish cost"; such rows stay readable), now without what is implied:
- * no `id` when the hub generated it (it is the row's position, ids.ts), no `private` when false, no
+ * no `id` when the hub generated it (the row's position, encrypted: ids.ts), no `private` when false, no
  * `retry` when null. A smaller row, and no id index entry for generated ids.
  */
 interface StoredForm {
@@ -40,14 +40,14 @@ export const MERCURE_STREAM = 'mercure/updates';
 const parsed = new WeakMap<FeedEvent, StoredUpdate>();
 const frames = new WeakMap<FeedEvent, string>();
 
-/** The update a feed row of MERCURE_STREAM holds (parsed once per event). */
-export function updateOf(e: FeedEvent): StoredUpdate {
+/** The update a feed row of MERCURE_STREAM holds (parsed once per event); `ids`: the feed's. */
+export function updateOf(e: FeedEvent, ids: MercureIds): StoredUpdate {
   let u = parsed.get(e);
   if (u === undefined) {
     const s = JSON.parse(e.data) as StoredForm;
     u = {
       topics: s.topics,
-      id: s.id ?? positionId(e.txid, e.id),
+      id: s.id ?? ids.idOf(e.txid, e.id),
       private: s.private === true,
       retry: s.retry ?? null,
       data: s.data ?? null,
@@ -58,10 +58,10 @@ export function updateOf(e: FeedEvent): StoredUpdate {
 }
 
 /** The SSE frame of an update (built once per event). */
-export function mercureFrame(e: FeedEvent): string {
+export function mercureFrame(e: FeedEvent, ids: MercureIds): string {
   let f = frames.get(e);
   if (f === undefined) {
-    f = buildFrame(updateOf(e), e.type);
+    f = buildFrame(updateOf(e, ids), e.type);
     frames.set(e, f);
   }
   return f;

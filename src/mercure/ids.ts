@@ -1,45 +1,73 @@
 /**
- * The ids the hub generates (draft-08 §Publication: an IRI; "a fragment is convenient to return an
- * offset or a sequence that is unique for this hub"): a `urn:uuid:` whose UUID is version 8 (RFC 9562,
- * custom layout) and carries the update's position in the feed, its transaction id (60 bits) and its
- * row id (62 bits). Resuming from such an id goes straight to that row (txid, id), so an update with a
- * generated id needs no entry in the id index (feed_mid_idx) and its row stores no id at all: about a
- * fifth of an update's PostgreSQL instructions in a group commit (bench/RESULTS.md, "Mercure publish
- * cost", change 3). Ids the publisher gives are kept as given, in the `mid` column and its index.
+ * The ids the hub generates for HTTP publishes: the update's position in the feed (its transaction id,
+ * 60 bits, and row id, 62 bits), encrypted under the database's key (commitfeed.mercure_id_key,
+ * migrations/0010) into the 122 random bits of a version-4 `urn:uuid:`. Resuming from such an id
+ * decrypts it and goes straight to that row, so an update with a generated id needs no entry in the
+ * id index (feed_mid_idx) and its row stores no id at all: about a fifth of an update's PostgreSQL
+ * instructions in a group commit (bench/RESULTS.md, "Mercure publish cost", change 3).
  *
- * Layout, hex digits: TTTTTTTT-TTTT-8TTT-VIII-IIIIIIIIIIII, T the txid's 60 bits (15 digits), 8 the
- * version, then the variant bits 10 and the row id's 62 bits. The same text as
- * commitfeed.mercure_position_id (src/sql/mercure-append.sql) makes in SQL: a generated id is known
- * from the row's position alone, whichever side wrote it.
+ * Encrypted, not plain: ids are cursors shown to subscribers (the discovery Link, the
+ * Mercure-Last-Event-ID field), and the draft (§Reconnection, §Security) asks that they disclose
+ * nothing about order or timing, naming "an encrypted form of an internal ordered identifier" as one
+ * way. The cipher is a 4-round Feistel network (Luby-Rackoff) over two 61-bit halves with HMAC-SHA256
+ * rounds: a keyed permutation of the 122 bits, so ids are unique and look like random UUIDv4s.
+ *
+ * Ids the publisher gives, and the ids commitfeed.mercure_append (SQL) generates (random UUIDv4s),
+ * stay in the `mid` column and its index. Any UUIDv4 decrypts to some position, so a lookup takes a
+ * decrypted position only where that row is an update stored without an id (findUpdateId).
  */
+import { createHmac } from 'node:crypto';
 
-const ID_BITS = 62n;
-const TX_BITS = 60n;
-const VARIANT = 2n << ID_BITS;
-const POSITION_ID =
-  /^urn:uuid:([0-9a-f]{8})-([0-9a-f]{4})-8([0-9a-f]{3})-([89ab][0-9a-f]{3})-([0-9a-f]{12})$/;
+const HALF = 61n;
+const M61 = (1n << HALF) - 1n;
+const M62 = (1n << 62n) - 1n;
+const ROUNDS = 4;
+const V4 = /^urn:uuid:([0-9a-f]{8})-([0-9a-f]{4})-4([0-9a-f]{3})-([89ab][0-9a-f]{3})-([0-9a-f]{12})$/;
 
-/**
- * The generated id of the update at (txid, id). Both fit for the life of any database (2^60
- * transactions, 2^62 rows: over 100,000 years at a million a second); beyond, it throws rather than
- * mint an id that would name another row.
- */
-export function positionId(txid: number | bigint | string, id: number | bigint | string): string {
-  const t = BigInt(txid);
-  const i = BigInt(id);
-  if (t < 0n || t >= 1n << TX_BITS || i < 0n || i >= 1n << ID_BITS) {
-    throw new Error(`no generated Mercure id for position ${t}-${i}: out of range`);
+export class MercureIds {
+  /** `key`: the database's (loadMercureIds in queries.ts), at least 16 bytes. */
+  constructor(private readonly key: Buffer) {
+    if (key.length < 16) throw new Error('the Mercure id key is too short');
   }
-  const tx = t.toString(16).padStart(15, '0');
-  const row = (VARIANT | i).toString(16);
-  return `urn:uuid:${tx.slice(0, 8)}-${tx.slice(8, 12)}-8${tx.slice(12)}-${row.slice(0, 4)}-${row.slice(4)}`;
-}
 
-/** The position a generated id names (exact texts only: as positionId writes them), else undefined. */
-export function positionOfId(mid: string): { txid: string; id: string } | undefined {
-  const m = POSITION_ID.exec(mid);
-  if (m === null) return undefined;
-  const txid = BigInt(`0x${m[1]}${m[2]}${m[3]}`);
-  const id = BigInt(`0x${m[4]}${m[5]}`) & ((1n << ID_BITS) - 1n);
-  return { txid: txid.toString(), id: id.toString() };
+  private round(k: number, x: bigint): bigint {
+    const b = Buffer.alloc(9);
+    b[0] = k;
+    b.writeBigUInt64BE(x, 1);
+    return createHmac('sha256', this.key).update(b).digest().readBigUInt64BE(0) & M61;
+  }
+
+  /**
+   * The generated id of the update at (txid, id). Both fit for the life of any database (2^60
+   * transactions, 2^62 rows: over 100,000 years at a million a second); beyond, it throws rather
+   * than mint an id that would name another row.
+   */
+  idOf(txid: number | bigint | string, id: number | bigint | string): string {
+    const t = BigInt(txid);
+    const i = BigInt(id);
+    if (t < 0n || t >= 1n << 60n || i < 0n || i > M62) {
+      throw new Error(`no generated Mercure id for position ${t}-${i}: out of range`);
+    }
+    const p = (t << 62n) | i;
+    let l = p >> HALF;
+    let r = p & M61;
+    for (let k = 0; k < ROUNDS; k++) [l, r] = [r, l ^ this.round(k, r)];
+    const c = (l << HALF) | r;
+    const a = (c >> 74n).toString(16).padStart(12, '0');
+    const b = ((c >> 62n) & 0xfffn).toString(16).padStart(3, '0');
+    const d = ((2n << 62n) | (c & M62)).toString(16);
+    return `urn:uuid:${a.slice(0, 8)}-${a.slice(8)}-4${b}-${d.slice(0, 4)}-${d.slice(4)}`;
+  }
+
+  /** The position a UUIDv4 (lowercase, as idOf writes it) would be the generated id of, else undefined. */
+  positionOf(mid: string): { txid: string; id: string } | undefined {
+    const m = V4.exec(mid);
+    if (m === null) return undefined;
+    const c = (BigInt(`0x${m[1]}${m[2]}${m[3]}`) << 62n) | (BigInt(`0x${m[4]}${m[5]}`) & M62);
+    let l = c >> HALF;
+    let r = c & M61;
+    for (let k = ROUNDS - 1; k >= 0; k--) [l, r] = [r ^ this.round(k, l), l];
+    const p = (l << HALF) | r;
+    return { txid: (p >> 62n).toString(), id: (p & M62).toString() };
+  }
 }

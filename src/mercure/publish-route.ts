@@ -12,6 +12,7 @@ import type { CheckedEventInput } from '../feed/event.ts';
 import type { AppendResult } from '../feed/queries/append.ts';
 import { errorSchema } from '../http/errors.ts';
 import type { MercureAuthorizer } from './authorize.ts';
+import type { MercureIds } from './ids.ts';
 import { sendMercureError } from './challenge.ts';
 import { parseForm } from './form.ts';
 import type { MercureStats } from './metrics.ts';
@@ -23,6 +24,8 @@ export interface PublishRouteDeps {
   /** The feed's group commit (Feed.batcher). */
   batcher: Batcher<CheckedEventInput, AppendResult>;
   stats: MercureStats;
+  /** The database's generated ids (ids.ts). */
+  ids: MercureIds;
 }
 
 const publishSchema = {
@@ -74,7 +77,7 @@ async function publishUpdate(
     if (!no.ok) return sendMercureError(reply, no);
   }
   const [written] = await batcher.publish([updateEvent(update)]);
-  const id = publishedId(update, written.id);
+  const id = publishedId(update, written.id, deps.ids);
   stats.published++;
   return reply.type('text/plain; charset=utf-8').send(id);
 }

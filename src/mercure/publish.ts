@@ -15,7 +15,7 @@ import { prepared } from '../db/prepared.ts';
 import { ApiError } from '../errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
 import { MERCURE_STREAM } from './frames.ts';
-import { positionId } from './ids.ts';
+import type { MercureIds } from './ids.ts';
 
 /** One update. `topics[0]` is the canonical topic, the rest are alternates. */
 export interface MercureUpdate {
@@ -267,11 +267,11 @@ export function updateEvent(u: MercureUpdate): CheckedEventInput {
 }
 
 /** The id of an update written at `cursor` (its append result's): its own, else the generated one. */
-export function publishedId(u: MercureUpdate, cursor: string): string {
+export function publishedId(u: MercureUpdate, cursor: string, ids: MercureIds): string {
   if (u.id !== null) return u.id;
   const m = /^(\d+)-(\d+)/.exec(cursor);
   if (m === null) throw new Error(`an append returned the cursor ${JSON.stringify(cursor)}`);
-  return positionId(m[1], m[2]);
+  return ids.idOf(m[1], m[2]);
 }
 
 export const MERCURE_APPEND_SQL = prepared(

@@ -11,7 +11,7 @@ import { prepared } from '../db/prepared.ts';
 import type { Cursor } from '../feed/cursor.ts';
 import { EVENT_COLUMNS } from '../feed/queries/event-columns.ts';
 import { type MarkedPage, markedPageSql, readMarkedPage } from '../feed/queries/marked-page.ts';
-import { positionId, positionOfId } from './ids.ts';
+import { MercureIds } from './ids.ts';
 
 /**
  * Updates with any of the topics in $1 in (($2,$3), ($4,$5)], in feed order, at most $6, with the trim
@@ -60,8 +60,9 @@ export async function readTopicRange(
   ]);
 }
 
-// The earliest of: the updates whose publisher gave `mid` (its index), and the update whose generated
-// id it is (ids.ts: the position it names, which stores no id; $2/$3 NULL when `mid` names none).
+// The earliest of: the updates stored with `mid` (its index), and the update whose generated id it is
+// (ids.ts: the position it decrypts to, where an update stored without an id; $2/$3 NULL when `mid`
+// is not a UUIDv4).
 const ID_LOOKUP_SQL = prepared(`
   select x.txid::text as txid, x.id::text as id from (
     (select f.txid, f.id from commitfeed.feed f
@@ -75,8 +76,8 @@ const ID_LOOKUP_SQL = prepared(`
   limit 1`);
 
 /** The position of the earliest update bearing `mid` (draft: a reused id means its first use). */
-export async function findUpdateId(db: Db, mid: string): Promise<Cursor | undefined> {
-  const at = positionOfId(mid);
+export async function findUpdateId(db: Db, mid: string, ids: MercureIds): Promise<Cursor | undefined> {
+  const at = ids.positionOf(mid);
   const { rows } = await db.executeQuery<{ txid: string; id: string }>(
     CompiledQuery.raw(ID_LOOKUP_SQL, [mid, at?.txid ?? null, at?.id ?? null]),
   );
@@ -90,11 +91,20 @@ const LAST_ID_SQL = prepared(`
   limit 1`);
 
 /** The id of the last update at or before `at` (undefined: none is held). */
-export async function lastUpdateId(db: Db, at: Cursor): Promise<string | undefined> {
+export async function lastUpdateId(db: Db, at: Cursor, ids: MercureIds): Promise<string | undefined> {
   const { rows } = await db.executeQuery<{ mid: string | null; txid: string; id: string }>(
     CompiledQuery.raw(LAST_ID_SQL, [String(at.txid), at.id]),
   );
   const r = rows[0];
   if (r === undefined) return undefined;
-  return r.mid ?? positionId(r.txid, r.id);
+  return r.mid ?? ids.idOf(r.txid, r.id);
+}
+
+/** The database's generated ids: its key (commitfeed.mercure_id_key, migrations/0010), read once. */
+export async function loadMercureIds(db: Db): Promise<MercureIds> {
+  const { rows } = await db.executeQuery<{ key: Buffer }>(
+    CompiledQuery.raw('select key from commitfeed.mercure_id_key'),
+  );
+  if (rows[0] === undefined) throw new Error('commitfeed.mercure_id_key is empty (migrations/0010)');
+  return new MercureIds(rows[0].key);
 }

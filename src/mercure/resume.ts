@@ -16,6 +16,7 @@ import type { Db } from '../db/database.ts';
 import { type Cursor, START } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import { safePosition } from '../http/read-position.ts';
+import type { MercureIds } from './ids.ts';
 import { findUpdateId, lastUpdateId } from './queries.ts';
 
 export interface ResumePoint {
@@ -35,18 +36,19 @@ export async function resolveResume(
   feed: Feed,
   given: string | undefined,
   startWaitMs: number,
+  ids: MercureIds,
 ): Promise<ResumePoint> {
   if (given === undefined) {
     const cursor = await safePosition(feed, startWaitMs);
     return {
       cursor,
       header: undefined,
-      primedId: (await lastUpdateId(db, cursor)) ?? EARLIEST,
+      primedId: (await lastUpdateId(db, cursor, ids)) ?? EARLIEST,
       found: false,
     };
   }
   if (given !== EARLIEST && !given.startsWith('#')) {
-    const at = await findUpdateId(db, given);
+    const at = await findUpdateId(db, given, ids);
     if (at !== undefined) return { cursor: at, header: given, primedId: given, found: true };
   }
   // `#…` ids are the hub's own fragment form, which this hub does not mint: unknown.

@@ -19,6 +19,7 @@ import type { Db } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { ActiveSubscriptions } from './active-subscriptions.ts';
 import type { MercureAuthorizer } from './authorize.ts';
+import type { MercureIds } from './ids.ts';
 import type { MercureStats } from './metrics.ts';
 import { publishRoute } from './publish-route.ts';
 import { subscribeRoute } from './subscribe-route.ts';
@@ -33,10 +34,12 @@ export interface MercureDeps {
   authorizer: MercureAuthorizer;
   /** Active subscriptions (active-subscriptions.ts), told of every subscriber's start and end. */
   activeSubscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
+  /** The database's generated ids (ids.ts). */
+  ids: MercureIds;
 }
 
 export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Promise<void> {
-  const { config, db, feed, stats, authorizer } = deps;
+  const { config, db, feed, stats, authorizer, ids } = deps;
   await app.register(async (scope) => {
     // Form bodies only here (the rest of the API is JSON): raw bytes, parsed strictly by form.ts.
     scope.addContentTypeParser(
@@ -44,7 +47,7 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
       { parseAs: 'buffer' },
       (_req, body, done) => done(null, body),
     );
-    publishRoute(scope, { config, authorizer, batcher: feed.batcher, stats });
+    publishRoute(scope, { config, authorizer, batcher: feed.batcher, stats, ids });
     subscribeRoute(scope, {
       config,
       db,
@@ -52,6 +55,7 @@ export async function mercureRoutes(app: FastifyInstance, deps: MercureDeps): Pr
       authorizer,
       stats,
       activeSubscriptions: deps.activeSubscriptions,
+      ids,
     });
   });
 }

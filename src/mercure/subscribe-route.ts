@@ -22,6 +22,7 @@ import { type FormPair, parseForm, rawQuery } from './form.ts';
 import { MERCURE_STREAM } from './frames.ts';
 import type { MercureStats } from './metrics.ts';
 import { HUB_PATH } from './publish.ts';
+import type { MercureIds } from './ids.ts';
 import { givenId, resolveResume } from './resume.ts';
 import { MercureSelection, compileRequestSelectors, subscribeRequest } from './subscribe.ts';
 
@@ -33,6 +34,8 @@ export interface SubscribeRouteDeps {
   stats: MercureStats;
   /** Active subscriptions (active-subscriptions.ts), told of every subscriber's start and end. */
   activeSubscriptions?: Pick<ActiveSubscriptions, 'opened' | 'closed'>;
+  /** The database's generated ids (ids.ts). */
+  ids: MercureIds;
 }
 
 const subscribeSchema = {
@@ -116,6 +119,7 @@ async function subscribe(
     feed,
     givenId(request.headers['last-event-id'], req.lastEventId),
     config.startWaitMs,
+    deps.ids,
   );
   if (resume.header !== undefined) reply.header('mercure-last-event-id', resume.header);
   const selection = new MercureSelection({
@@ -127,6 +131,7 @@ async function subscribe(
     endOnReset: resume.found,
     retryMs: config.sseRetryMs,
     stats,
+    ids: deps.ids,
   });
   // The priming frame is an id alone: browsers take it as lastEventId without firing an event.
   // The stream ends when the token expires (draft §Authorization); the client reconnects with a fresh one.

@@ -24,6 +24,7 @@ import type { Tailer } from '../feed/tailer.ts';
 import { ApiError } from '../errors.ts';
 import { type FormPair, hasForbiddenChars } from './form.ts';
 import { MERCURE_STREAM, mercureFrame, updateOf } from './frames.ts';
+import type { MercureIds } from './ids.ts';
 import {
   MatcherError,
   type TopicMatcher,
@@ -132,6 +133,8 @@ export interface MercureSelectionOptions {
   retryMs: number;
   /** The hub's counters (frames written) for /metrics. */
   stats: { frames: number };
+  /** The database's generated ids (ids.ts): an update stored without its id has this one. */
+  ids: MercureIds;
 }
 
 export class MercureSelection implements Selection {
@@ -147,7 +150,7 @@ export class MercureSelection implements Selection {
 
   accepts(e: FeedEvent): boolean {
     if (e.stream !== MERCURE_STREAM) return false;
-    const u = updateOf(e);
+    const u = updateOf(e, this.opts.ids);
     if (!u.topics.some(this.opts.matcher)) return false;
     return !u.private || this.opts.canRead(u.topics);
   }
@@ -155,7 +158,7 @@ export class MercureSelection implements Selection {
   frame(e: FeedEvent): string {
     this.delivered++;
     this.opts.stats.frames++;
-    return mercureFrame(e);
+    return mercureFrame(e, this.opts.ids);
   }
 
   onReset(_mark: Cursor): { chunk: string; end: boolean } | undefined {

@@ -7,35 +7,12 @@
 -- Arrays hold one element per update, except `topics`, which holds every update's topics in turn
 -- (`ntopics` says how many each has; the first is the canonical topic). `datas` are JSON strings
 -- (or NULL) kept as written: PostgreSQL text cannot hold U+0000, JSON text can. An empty or NULL id
--- gets a generated id, the row's position (commitfeed.mercure_position_id): no `mid`, no id in the
--- row. Returns each update's id, in input order. The row's `data` is {"topics","id","private",
--- "retry","data"} less what is implied (no id when generated, no private when false, no retry when
--- null: StoredForm in src/mercure/frames.ts, which builds frames from it in JavaScript), its `type`
--- the SSE event type; the notify is delivered at the caller's COMMIT, dropped on ROLLBACK.
-
--- The generated id of the update at (tx, id): the same text as positionId (src/mercure/ids.ts), a
--- version-8 urn:uuid holding the txid's 60 bits and the row id's 62 bits (then the variant bits 10).
-create or replace function commitfeed.mercure_position_id(tx xid8, id bigint)
-returns text
-language plpgsql
-immutable
-as $fn$
-declare
-  t bigint := tx::text::bigint;
-  h text;
-  r text;
-begin
-  if t >= (1::bigint << 60) or id < 0 or id >= (1::bigint << 62) then
-    raise exception 'no generated Mercure id for position %-%: out of range', tx, id;
-  end if;
-  h := lpad(to_hex(t), 15, '0');
-  -- The top bit set (bigint's sign bit), the next clear: the RFC 9562 variant.
-  r := to_hex(id | (-9223372036854775807 - 1));
-  return 'urn:uuid:' || substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-8' || substr(h, 13, 3) || '-'
-         || substr(r, 1, 4) || '-' || substr(r, 5, 12);
-end
-$fn$;
-
+-- gets a generated `urn:uuid:` id (random; HTTP publishes store none instead, see src/mercure/ids.ts:
+-- their ids are encrypted positions, which SQL does not mint). Returns each update's id, in input
+-- order. The row's `data` is {"topics","id","private","retry","data"} less what is implied (no
+-- private when false, no retry when null: StoredForm in src/mercure/frames.ts, which builds frames
+-- from it in JavaScript), its `type` the SSE event type; the notify is delivered at the caller's
+-- COMMIT, dropped on ROLLBACK.
 -- The updates as rows, each with its own slice of `topics`.
 create or replace function commitfeed.mercure_slices(
   topics text[], ntopics int[], datas json[], privates boolean[], ids text[], types text[], retries bigint[])
@@ -65,8 +42,6 @@ declare
   canonical text[];
   alt_topics text[];
   alt_of int[];
-  tx text;
-  row_ids text;
 begin
   if n = 0 then
     return;
@@ -82,15 +57,14 @@ begin
                    s.data is null or json_typeof(s.data) in ('string', 'null'), internal)
           from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s
           order by s.i));
-  -- The stored form, as updateEvent (src/mercure/publish.ts) builds it; mids NULL where generated.
+  -- The stored form, as updateEvent (src/mercure/publish.ts) builds it.
   select array_agg(a.m order by a.i), array_agg(a.type order by a.i), array_agg(a.ts[1] order by a.i),
-         array_agg(('{"topics":' || to_json(a.ts)::text
-                    || case when a.m is null then '' else ',"id":' || to_json(a.m)::text end
+         array_agg(('{"topics":' || to_json(a.ts)::text || ',"id":' || to_json(a.m)::text
                     || case when a.private then ',"private":true' else '' end
                     || case when a.retry is null then '' else ',"retry":' || a.retry::text end
                     || ',"data":' || coalesce(a.data::text, 'null') || '}')::json order by a.i)
   into mids, etypes, canonical, stored
-  from (select s.*, nullif(s.mid, '') as m
+  from (select s.*, coalesce(nullif(s.mid, ''), 'urn:uuid:' || gen_random_uuid()) as m
         from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s) a;
   -- The canonical topic goes in the feed row, the other distinct topics in commitfeed.mercure_topics.
   select array_agg(t.topic order by t.i, t.topic), array_agg(t.i::int order by t.i, t.topic)
@@ -99,12 +73,8 @@ begin
         from commitfeed.mercure_slices(topics, ntopics, datas, privates, ids, types, retries) s,
              unnest(s.ts) as x(topic)
         where x.topic <> s.ts[1]) t;
-  select p.tx, p.ids into tx, row_ids
-  from commitfeed.append_plain(array_fill('mercure/updates'::text, array[n]), etypes, stored, mids,
-                               canonical, alt_topics, alt_of) p;
-  return query
-    select coalesce(u.m, commitfeed.mercure_position_id(tx::xid8, u.rid::bigint))
-    from unnest(mids, string_to_array(row_ids, ',')) with ordinality as u(m, rid, k)
-    order by u.k;
+  perform commitfeed.append_plain(array_fill('mercure/updates'::text, array[n]), etypes, stored, mids,
+                                  canonical, alt_topics, alt_of);
+  return query select u.m from unnest(mids) as u(m);
 end
 $fn$;
