@@ -81,7 +81,7 @@ const KINDS: Kind[] = [
   },
   {
     name: 'hub',
-    what: 'the group commit statement of HTTP Mercure publishes (generated ids): append_plain with the stored updates and their canonical topics, no mid (the id is the position), as src/feed/queries/append-plain.ts sends it',
+    what: 'the group commit statement of HTTP Mercure publishes (generated ids): append_plain with the stored updates and their canonical topics, no mid (the id is the row position, encrypted), as src/feed/queries/append-plain.ts sends it',
     sql: 'select tx, ids, ms from commitfeed.append_plain($1::text[], $2::text[], $3::json[], $4::text[], $5::text[], $6::text[], $7::int[])',
     params: (g) => [
       rep(g, () => 'mercure/updates'),

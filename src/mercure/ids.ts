@@ -9,14 +9,16 @@
  * Encrypted, not plain: ids are cursors shown to subscribers (the discovery Link, the
  * Mercure-Last-Event-ID field), and the draft (§Reconnection, §Security) asks that they disclose
  * nothing about order or timing, naming "an encrypted form of an internal ordered identifier" as one
- * way. The cipher is a 4-round Feistel network (Luby-Rackoff) over two 61-bit halves with HMAC-SHA256
- * rounds: a keyed permutation of the 122 bits, so ids are unique and look like random UUIDv4s.
+ * way. The cipher is a 4-round Feistel network (Luby-Rackoff) over two 61-bit halves whose round
+ * function is AES-128 of (round, half) under a key derived from the database's: a keyed permutation of
+ * the 122 bits, so ids are unique and look like random UUIDv4s. AES through one long-lived ECB cipher
+ * (one block per call): ~3 µs an id, where HMAC-SHA256 rounds cost ~27 µs (an HMAC object per round).
  *
  * Ids the publisher gives, and the ids commitfeed.mercure_append (SQL) generates (random UUIDv4s),
  * stay in the `mid` column and its index. Any UUIDv4 decrypts to some position, so a lookup takes a
  * decrypted position only where that row is an update stored without an id (findUpdateId).
  */
-import { createHmac } from 'node:crypto';
+import { type Cipher, createCipheriv, createHash } from 'node:crypto';
 
 const HALF = 61n;
 const M61 = (1n << HALF) - 1n;
@@ -25,16 +27,22 @@ const ROUNDS = 4;
 const V4 = /^urn:uuid:([0-9a-f]{8})-([0-9a-f]{4})-4([0-9a-f]{3})-([89ab][0-9a-f]{3})-([0-9a-f]{12})$/;
 
 export class MercureIds {
+  private readonly aes: Cipher;
+  private readonly block = Buffer.alloc(16);
+
   /** `key`: the database's (loadMercureIds in queries.ts), at least 16 bytes. */
-  constructor(private readonly key: Buffer) {
+  constructor(key: Buffer) {
     if (key.length < 16) throw new Error('the Mercure id key is too short');
+    const k = createHash('sha256').update('commitfeed mercure ids').update(key).digest().subarray(0, 16);
+    this.aes = createCipheriv('aes-128-ecb', k, null).setAutoPadding(false);
   }
 
+  /** The round function: AES of the block (round, 0…, x), its first 61 bits. ECB: blocks are
+   * independent, so one cipher serves every call (16 bytes in, 16 out). */
   private round(k: number, x: bigint): bigint {
-    const b = Buffer.alloc(9);
-    b[0] = k;
-    b.writeBigUInt64BE(x, 1);
-    return createHmac('sha256', this.key).update(b).digest().readBigUInt64BE(0) & M61;
+    this.block[0] = k;
+    this.block.writeBigUInt64BE(x, 8);
+    return this.aes.update(this.block).readBigUInt64BE(0) & M61;
   }
 
   /**
