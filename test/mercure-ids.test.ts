@@ -36,6 +36,14 @@ t.test(
       seen.add(mid);
     }
     t.equal(seen.size, cases.length, 'distinct positions, distinct ids');
+    const key = randomBytes(32);
+    const one = new MercureIds(key);
+    one.idOf(7, 8);
+    t.equal(
+      new MercureIds(key).idOf(5, 6),
+      one.idOf(5, 6),
+      'the same key, the same id, whatever came before',
+    );
     // Neighbouring positions share no visible prefix (nothing of their order shows).
     const a = ids.idOf(1000, 5000);
     const b = ids.idOf(1000, 5001);
