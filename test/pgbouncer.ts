@@ -7,7 +7,8 @@
  *
  * PgBouncer refuses to run as root: as root it runs as the `postgres` user, its ini, log and pid
  * files in a temporary folder handed to that user. `stop()` (also at teardown, and at process exit
- * if the test runner dies first) ends it; `restart()` stops it and starts it again on the same port.
+ * if the test runner dies first; a test process killed by a signal takes PgBouncer with it, see
+ * start) ends it; `restart()` stops it and starts it again on the same port.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -17,6 +18,7 @@ import path from 'node:path';
 import { freePort } from './helpers.ts';
 
 export const PGBOUNCER = '/usr/sbin/pgbouncer';
+const SETPRIV = '/usr/bin/setpriv';
 
 /** Why PgBouncer tests cannot run here (a `skip` reason), or false when they can. */
 export function pgbouncerMissing(): string | false {
@@ -99,7 +101,13 @@ export async function startPgBouncer(
     clearTimeout(timer);
   };
   const start = async () => {
-    const p = spawn(PGBOUNCER, [path.join(dir, 'pgbouncer.ini')], {
+    const ini = path.join(dir, 'pgbouncer.ini');
+    // Through setpriv --pdeathsig (util-linux): PgBouncer is killed when this process dies, even by
+    // a signal (a test killed on timeout runs no exit handler), instead of outliving the run.
+    const [cmd, args] = existsSync(SETPRIV)
+      ? [SETPRIV, ['--pdeathsig', 'KILL', PGBOUNCER, ini]]
+      : [PGBOUNCER, [ini]];
+    const p = spawn(cmd, args, {
       cwd: dir,
       stdio: 'ignore',
       ...(owner ?? {}),
