@@ -110,3 +110,14 @@ export function legacyToken(
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT', ...o.header } as { alg: string })
     .sign(new TextEncoder().encode(o.secret ?? LEGACY_SECRET));
 }
+
+/** An anonymous form publish to the hub at `base` (access control off): the update's id, or throws. */
+export async function publishForm(base: string, pairs: [string, string][]): Promise<string> {
+  const res = await fetch(`${base}/.well-known/mercure`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams(pairs).toString(),
+  });
+  if (res.status !== 200) throw new Error(`publish: ${res.status} ${await res.text()}`);
+  return res.text();
+}

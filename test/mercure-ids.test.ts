@@ -4,6 +4,7 @@
 // and resumed from as before.
 import { sql } from 'kysely';
 import t from 'tap';
+import { publishForm } from './mercure-helpers.ts';
 import { randomBytes } from 'node:crypto';
 import { MercureIds } from '../src/mercure/ids.ts';
 import { loadMercureIds } from '../src/mercure/queries.ts';
@@ -67,16 +68,6 @@ t.test(
   },
 );
 
-async function publish(base: string, pairs: [string, string][]): Promise<string> {
-  const res = await fetch(`${base}${HUB}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams(pairs).toString(),
-  });
-  if (res.status !== 200) throw new Error(`publish: ${res.status} ${await res.text()}`);
-  return res.text();
-}
-
 t.test('rows of the earlier stored form are served and resumed from beside generated ids', async (t) => {
   const url = await testDatabase(t);
   const db = sqlClient(t, url);
@@ -90,7 +81,7 @@ t.test('rows of the earlier stored form are served and resumed from beside gener
               array[${oldId}, 'given-0'], array['urn:t', 'urn:t'])`.execute(db);
   const server = await startTestServer(t, url);
   const base = server.url;
-  const generated = await publish(base, [
+  const generated = await publishForm(base, [
     ['topic', 'urn:t'],
     ['data', 'new-1'],
   ]);
@@ -162,19 +153,19 @@ t.test('a publisher-given id equal to a generated one resolves to the earliest o
   const url = await testDatabase(t);
   const server = await startTestServer(t, url);
   const base = server.url;
-  const first = await publish(base, [
+  const first = await publishForm(base, [
     ['topic', 'urn:r'],
     ['data', '1'],
   ]);
   t.equal(
-    await publish(base, [
+    await publishForm(base, [
       ['topic', 'urn:r'],
       ['data', '2'],
       ['id', first],
     ]),
     first,
   );
-  await publish(base, [
+  await publishForm(base, [
     ['topic', 'urn:r'],
     ['data', '3'],
   ]);

@@ -1,4 +1,5 @@
 import t from 'tap';
+import { publishForm } from './mercure-helpers.ts';
 import { openSse, pgClient, startTestServer, testDatabase } from './helpers.ts';
 
 const HUB = '/.well-known/mercure';
@@ -7,16 +8,6 @@ function form(pairs: [string, string][]): string {
   const f = new URLSearchParams();
   for (const [k, v] of pairs) f.append(k, v);
   return f.toString();
-}
-
-async function post(base: string, pairs: [string, string][]): Promise<string> {
-  const res = await fetch(`${base}${HUB}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: form(pairs),
-  });
-  if (res.status !== 200) throw new Error(`publish: ${res.status} ${await res.text()}`);
-  return res.text();
 }
 
 const sub = (base: string, pairs: [string, string][]) => `${base}${HUB}?${form(pairs)}`;
@@ -36,7 +27,7 @@ t.test(
       const first = [];
       for (let i = 0; i < 5; i++)
         first.push(
-          await post(a.url, [
+          await publishForm(a.url, [
             ['topic', 'urn:r'],
             ['data', `${matcher[0]} ${i}`],
           ]),
@@ -52,7 +43,7 @@ t.test(
       const rest = first.slice(3);
       for (let i = 5; i < 10; i++) {
         rest.push(
-          await post(i % 2 ? b.url : a.url, [
+          await publishForm(i % 2 ? b.url : a.url, [
             ['topic', 'urn:r'],
             ['data', `${matcher[0]} ${i}`],
           ]),
@@ -70,7 +61,7 @@ t.test(
     // An instance that stops: its subscriber resumes on the other from its last id.
     const onA = await openSse(t, sub(a.url, [['match', 'urn:k']]));
     const ids = [
-      await post(a.url, [
+      await publishForm(a.url, [
         ['topic', 'urn:k'],
         ['data', '1'],
       ]),
@@ -78,7 +69,7 @@ t.test(
     const [m1] = await onA.waitFor(1);
     await a.close();
     ids.push(
-      await post(b.url, [
+      await publishForm(b.url, [
         ['topic', 'urn:k'],
         ['data', '2'],
       ]),
@@ -101,7 +92,7 @@ t.test('an update whose transaction commits last is not skipped (out-of-order co
   // Takes its feed id first...
   await slow.query(`select commitfeed.mercure_publish('urn:o', 'slow', id => 'slow')`);
   // ...then a later transaction commits first.
-  const fast = await post(server.url, [
+  const fast = await publishForm(server.url, [
     ['topic', 'urn:o'],
     ['data', 'fast'],
     ['id', 'fast'],

@@ -1,21 +1,12 @@
 import { sql } from 'kysely';
 import t from 'tap';
+import { publishForm } from './mercure-helpers.ts';
 import { openSse, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 const DAY = 86_400_000;
 const HOUR = 3_600_000;
 const todayUtc = () => Math.floor(Date.now() / DAY) * DAY;
 const HUB = '/.well-known/mercure';
-
-async function post(base: string, pairs: [string, string][]): Promise<string> {
-  const res = await fetch(`${base}${HUB}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams(pairs).toString(),
-  });
-  if (res.status !== 200) throw new Error(`publish: ${res.status} ${await res.text()}`);
-  return res.text();
-}
 
 t.test(
   'an id dropped by retention resumes from earliest, with no reset frame; the topic index follows the feed',
@@ -29,7 +20,7 @@ t.test(
     });
     const db = sqlClient(t, url);
     for (let i = 0; i < 3; i++)
-      await post(server.url, [
+      await publishForm(server.url, [
         ['topic', 'urn:t'],
         ['topic', 'urn:t-alternate'],
         ['id', `old-${i}`],
@@ -44,11 +35,11 @@ t.test(
     t.same(run.errors, []);
     t.equal(run.trimmed.mercureTopics, 3, 'the topic rows of dropped updates are deleted after the drop');
     t.equal(await count(), 0);
-    await post(server.url, [
+    await publishForm(server.url, [
       ['topic', 'urn:t'],
       ['data', 'new 0'],
     ]);
-    await post(server.url, [
+    await publishForm(server.url, [
       ['topic', 'urn:t'],
       ['data', 'new 1'],
     ]);
