@@ -10,6 +10,7 @@
  */
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database.ts';
+import { parseCursor } from '../feed/cursor.ts';
 import type { CheckedEventInput, EventFields, UpdateLookup } from '../feed/event.ts';
 import { prepared } from '../db/prepared.ts';
 import { ApiError } from '../errors.ts';
@@ -269,9 +270,9 @@ export function updateEvent(u: MercureUpdate): CheckedEventInput {
 /** The id of an update written at `cursor` (its append result's): its own, else the generated one. */
 export function publishedId(u: MercureUpdate, cursor: string, ids: MercureIds): string {
   if (u.id !== null) return u.id;
-  const m = /^(\d+)-(\d+)/.exec(cursor);
-  if (m === null) throw new Error(`an append returned the cursor ${JSON.stringify(cursor)}`);
-  return ids.idOf(m[1], m[2]);
+  const at = parseCursor(cursor);
+  if (at === undefined) throw new Error(`an append returned the cursor ${JSON.stringify(cursor)}`);
+  return ids.idOf(at.txid, at.id);
 }
 
 export const MERCURE_APPEND_SQL = prepared(
