@@ -7,17 +7,7 @@
 import net from 'node:net';
 import { sql } from 'kysely';
 import t from 'tap';
-import { freePort, sqlClient, startTestServer, testDatabase } from './helpers.ts';
-
-/** A publish with the whole answer (the error's code, Retry-After). */
-async function publish(base: string, stream: string, body: unknown) {
-  const res = await fetch(`${base}/v1/streams/${stream}/events`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: res.status, headers: res.headers, body: await res.json() };
-}
+import { freePort, publish, sqlClient, startTestServer, testDatabase } from './helpers.ts';
 
 type Cut = 'none' | 'statement' | 'commit-answer';
 

@@ -173,13 +173,17 @@ export async function publish(
   base: string,
   stream: string,
   body: unknown,
-): Promise<{ status: number; body: { id: string; duplicate?: boolean; events?: { id: string }[] } }> {
+): Promise<{
+  status: number;
+  headers: Headers;
+  body: { id: string; duplicate?: boolean; events?: { id: string }[]; code?: string; message?: string };
+}> {
   const res = await fetch(`${base}/v1/streams/${encodeURIComponent(stream)}/events`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
   });
-  return { status: res.status, body: (await res.json()) as never };
+  return { status: res.status, headers: res.headers, body: (await res.json()) as never };
 }
 
 export interface SseReader {
