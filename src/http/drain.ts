@@ -69,7 +69,10 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
     // closes: http's own close() would also drop idle keep-alive sockets now, resetting a request
     // a client is sending on one at this moment; they get a 503 with `connection: close` instead,
     // and Fastify drops what is left once preClose is done. (Its own close of the server later
-    // finds it closed already.)
+    // finds it closed already.) One turn of the event loop first: its poll phase accepts the
+    // connections the kernel has queued by now, which closing the listening socket would reset
+    // (their requests get the 503 above); only those arriving in that turn are still reset.
+    await new Promise<void>((resolve) => setImmediate(resolve));
     if (app.server.listening) net.Server.prototype.close.call(app.server);
     // The answers still to come close their connection (no onSend hook on every request for it):
     // Node sends `connection: close` for a response that is not kept alive.
