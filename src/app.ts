@@ -22,7 +22,7 @@ import { installDrain } from './http/drain.ts';
 import { installErrorHandlers } from './http/errors.ts';
 import type { Feed } from './feed/feed.ts';
 import { installFiniteNumbers, installJsonParser } from './http/input.ts';
-import { strictBodyValidator } from './http/validation.ts';
+import { cachedSerializer, strictBodyValidator } from './http/validation.ts';
 import { registerDocs } from './ops/docs.ts';
 import { healthRoutes } from './ops/health.ts';
 import { MercureAuthorizer } from './mercure/authorize.ts';
@@ -84,8 +84,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 2048 },
     // Unknown query parameters are errors, not silently dropped.
     ajv: { customOptions: { removeAdditional: false, allErrors: false } },
-    // JSON bodies are validated as sent (no type coercion); query strings and paths keep it.
-    schemaController: { compilersFactory: { buildValidator: strictBodyValidator() } },
+    // JSON bodies are validated as sent (no type coercion); query strings and paths keep it. Both
+    // compilers keep what they built for the process (src/http/validation.ts).
+    schemaController: {
+      compilersFactory: { buildValidator: strictBodyValidator(), buildSerializer: cachedSerializer() },
+    },
     // Requests during shutdown get 503 with Retry-After from server.ts (Fastify's own has none).
     return503OnClosing: false,
     // close() runs preClose first, which answers every request in flight (server.ts); any

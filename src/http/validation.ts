@@ -9,12 +9,22 @@
  * the error names, and a hostile body cannot make Ajv collect errors without bound).
  */
 import AjvCompiler from '@fastify/ajv-compiler';
+import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 
 type ValidatorFactory = ReturnType<typeof AjvCompiler>;
+type SerializerFactory = ReturnType<typeof SerializerSelector>;
+type Serializer = (data: unknown) => string;
+
+/**
+ * One pool of Ajv instances for the process, not one per app: Ajv keeps what it compiled by the
+ * schema object, and the routes' schemas are module constants, so a second app in the same process
+ * (the tests start hundreds) compiles nothing again. Apps with other Ajv options or shared schemas
+ * get their own instance from the pool.
+ */
+const pool = AjvCompiler();
 
 /** A `schemaController.compilersFactory.buildValidator` for Fastify: no coercion for bodies. */
 export function strictBodyValidator(): ValidatorFactory {
-  const pool = AjvCompiler();
   return ((externalSchemas, options) => {
     const coercing = pool(externalSchemas, options);
     // Fastify passes Ajv (not JTD) options here.
@@ -24,6 +34,30 @@ export function strictBodyValidator(): ValidatorFactory {
     } as typeof options);
     return (route) => (route.httpPart === 'body' ? strict : coercing)(route);
   }) as ValidatorFactory;
+}
+
+/**
+ * Response serializers made once per process, like the validators: fast-json-stringify's output is
+ * a function of the schema and the options alone, so a route schema (a module constant) seen again
+ * by another app in the process reuses the function built the first time.
+ */
+const serializers = new Map<string, WeakMap<object, Serializer>>();
+
+/** A `schemaController.compilersFactory.buildSerializer` for Fastify that keeps what it built. */
+export function cachedSerializer(): SerializerFactory {
+  const selector = SerializerSelector();
+  return ((externalSchemas, options) => {
+    const key = JSON.stringify([externalSchemas, options]);
+    const built = serializers.get(key) ?? new WeakMap<object, Serializer>();
+    serializers.set(key, built);
+    const build = selector(externalSchemas, options);
+    return (route) => {
+      const schema = route.schema as object;
+      const serializer = built.get(schema) ?? (build(route) as Serializer);
+      built.set(schema, serializer);
+      return serializer;
+    };
+  }) as SerializerFactory;
 }
 
 /** Most items one request may carry: events of a publish, jobs of an enqueue, acks of a batch ack. */
