@@ -4,7 +4,7 @@
  * with it: the shutdown drain (http/drain.ts) and the Mercure hub's active subscriptions (onClose).
  */
 import sensible from '@fastify/sensible';
-import Fastify, { type FastifyInstance, LogController } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyServerOptions, LogController } from 'fastify';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { registerAccess } from './auth/access.ts';
@@ -68,18 +68,19 @@ export interface AppDeps {
   selfCheck?: SelfCheck;
 }
 
-export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
-  const app = Fastify({
+/** Fastify's own options: logging, limits, validation and shutdown behaviour. */
+function fastifyOptions(config: Config): FastifyServerOptions {
+  return {
     logger:
-      deps.config.logLevel === 'silent'
+      config.logLevel === 'silent'
         ? false
         : // The request serializer hides `access_token` and `authorization` values from request logs.
-          { level: deps.config.logLevel, serializers: { req: redactedRequest } },
+          { level: config.logLevel, serializers: { req: redactedRequest } },
     // Per-request log lines cost more than the request at 10K/s: only at debug/trace.
     logController: new LogController({
-      disableRequestLogging: deps.config.logLevel !== 'debug' && deps.config.logLevel !== 'trace',
+      disableRequestLogging: config.logLevel !== 'debug' && config.logLevel !== 'trace',
     }),
-    bodyLimit: deps.config.maxBodyBytes,
+    bodyLimit: config.maxBodyBytes,
     // Long names must reach the schema (400 invalid_name), not fall through to a 404.
     routerOptions: { maxParamLength: 2048 },
     // Unknown query parameters are errors, not silently dropped.
@@ -94,7 +95,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // close() runs preClose first, which answers every request in flight (server.ts); any
     // keep-alive socket left after that is idle and dropped instead of holding shutdown open.
     forceCloseConnections: true,
-  });
+  };
+}
+
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify(fastifyOptions(deps.config));
   await app.register(sensible);
   // WORKERS > 1: every response names the worker that served it (for operators and tests).
   const worker = workerIndex();
