@@ -16,6 +16,7 @@ import { readFeedEpoch } from '../src/feed/queries/feed-epoch.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { type Server, startServer } from '../src/server.ts';
 import { templateName, withDatabase } from './template-database.ts';
+import { nodeArgs } from './ts-node-args.ts';
 
 // biome-ignore lint/suspicious/noExplicitAny: tap's Test type is not needed in detail here
 type T = { teardown(fn: () => unknown): void } & Record<string, any>;
@@ -94,7 +95,7 @@ export async function startTestServer(
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 
 /**
- * Starts the real service (`node --import tsx src/main.ts`, PORT=0) as a child process, for tests
+ * Starts the real service (`src/main.ts` under the tests' loader, PORT=0) as a child process, for tests
  * that signal or kill it; resolves with its URL once it logs that it is ready. It is SIGKILLed at
  * teardown if still running, so a failing test leaves no process behind.
  */
@@ -103,7 +104,7 @@ export function startService(
   databaseUrl: string,
   env: Record<string, string> = {},
 ): Promise<{ proc: ChildProcess; url: string }> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, nodeArgs('src/main.ts'), {
     cwd: ROOT,
     // TAIL_FLOOR_MARGIN: as in startTestServer.
     env: {

@@ -21,6 +21,7 @@ import {
 } from './helpers.ts';
 import { pgbouncerMissing, startPgBouncer } from './pgbouncer.ts';
 import { ack, api, claim, enqueue } from './queue-helpers.ts';
+import { nodeArgs } from './ts-node-args.ts';
 
 const skip = pgbouncerMissing();
 if (skip) t.comment(skip);
@@ -244,7 +245,7 @@ t.test(
     const s = await startTestServer(t, pooled, { directDatabaseUrl: direct });
     t.equal((await publish(s.url, 'm', { data: 1 })).status, 201);
     const maint = async (command: string) => {
-      const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/maint.ts', command], {
+      const proc = spawn(process.execPath, [...nodeArgs('src/cli/maint.ts'), command], {
         cwd: ROOT,
         env: { ...process.env, DATABASE_URL: pooled, DIRECT_DATABASE_URL: direct, LOG_LEVEL: 'silent' },
         stdio: ['ignore', 'pipe', 'pipe'],

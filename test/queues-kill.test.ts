@@ -25,6 +25,7 @@ import t from 'tap';
 import type { Database } from '../src/db/database.ts';
 import { freePort, pgClient, sqlClient, testDatabase, until, within } from './helpers.ts';
 import { api, claim, enqueue } from './queue-helpers.ts';
+import { nodeArgs } from './ts-node-args.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const WORKER = fileURLToPath(new URL('./fixtures/queue-worker.mjs', import.meta.url));
@@ -88,7 +89,7 @@ class Replica {
   }
   async start(): Promise<void> {
     const fd = openSync(this.logFile, 'a');
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    const proc = spawn(process.execPath, nodeArgs('src/main.ts'), {
       cwd: ROOT,
       env: {
         ...process.env,

@@ -1,4 +1,4 @@
-// Graceful shutdown of a real process (`node --import tsx src/main.ts`): on SIGTERM it stops taking
+// Graceful shutdown of a real process (src/main.ts as a child process): on SIGTERM it stops taking
 // new work, sends SSE clients a `retry:` hint and closes them, finishes the publish in flight (held
 // here on a row lock so it is certainly in flight), then exits 0.
 import http from 'node:http';

@@ -1,4 +1,4 @@
-// WORKERS=2 as a real process tree (`node --import tsx src/main.ts`): connections through the one port
+// WORKERS=2 as a real process tree (src/main.ts as a child process): connections through the one port
 // land on both workers; any worker serves any cursor; a worker killed with SIGKILL mid-stream is
 // restarted and its subscribers resume elsewhere without a gap or a repeat; /metrics sums the
 // workers; SIGTERM drains every worker and the primary exits 0.
@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { parseSse, textChunks } from '../src/client/sse.ts';
 import { onLogLines, testDatabase, until } from './helpers.ts';
+import { nodeArgs } from './ts-node-args.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 
@@ -20,7 +21,7 @@ interface Cluster {
 }
 
 function startCluster(t: { teardown(fn: () => unknown): void }, databaseUrl: string): Promise<Cluster> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, nodeArgs('src/main.ts'), {
     cwd: ROOT,
     env: {
       ...process.env,

@@ -5,7 +5,7 @@
  *   npx tsx test/chaos/checker.ts --seed 42 --duration 60 [--readers 60] [--streams 5] [--replicas 2] [--standby | --pooler]
  *
  * It starts its own embedded PostgreSQL (own folder under the temp dir, own port: it restarts it and
- * holds transactions open) and runs the service as child processes (`node --import tsx src/main.ts`)
+ * holds transactions open) and runs the service as child processes (src/main.ts under test/ts-loader.mjs)
  * so it can kill -9 and restart them. Every process it starts is stopped, even on failure.
  *
  * - Writers: HTTP single publishes, HTTP batch publishes, and raw SQL transactions through
@@ -47,6 +47,7 @@ import { type EmbeddedDatabase, startEmbeddedPostgres } from '../../src/db/embed
 import type { Database } from '../../src/db/database.ts';
 import { type PgBouncer, startPgBouncer } from '../pgbouncer.ts';
 import { type StandbyCluster, startStandbyCluster } from '../standby-cluster.ts';
+import { nodeArgs } from '../ts-node-args.ts';
 
 export interface ChaosOptions {
   seed: number;
@@ -111,7 +112,7 @@ class Service {
 
   async start(deadline = Date.now() + 180_000): Promise<void> {
     const fd = openSync(this.logFile, 'a');
-    this.proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    this.proc = spawn(process.execPath, nodeArgs('src/main.ts'), {
       cwd: ROOT,
       env: {
         ...process.env,
