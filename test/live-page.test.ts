@@ -423,14 +423,20 @@ t.test('the live page shows traffic, a stall, a slow subscriber and a dead lette
           }
         ).__tail,
     );
-  await until(async () => (await tail()).events.length >= 3, 10000, 'tailed events');
+  // On a timeout, what the tail panel holds and how far the traffic got say which side stopped.
+  const tailed = (n: number, what: string) =>
+    until(async () => (await tail()).events.length >= n, 20000, what).catch(async (err) => {
+      const { events, ...rest } = await tail();
+      throw new Error(`${err.message}: ${JSON.stringify({ ...rest, events: events.length, published })}`);
+    });
+  await tailed(3, 'tailed events');
   t.match(await page.textContent('#log'), /created/, 'the event type is shown');
   await page.click('#pause');
   t.equal((await tail()).state, 'paused');
   const before = (await tail()).events.length;
   await sleep(500);
   await page.click('#pause');
-  await until(async () => (await tail()).events.length >= before + 5, 10000, 'events after resume');
+  await tailed(before + 5, 'events after resume');
   const ns = (await tail()).events.map((e) => e.data.n);
   t.same(
     ns,
