@@ -5,10 +5,11 @@
  * compiled once per checkout and edit, not once per test process. Everything else goes to Node's own
  * loader untouched, but for 'kysely', which resolves to its CommonJS build (below).
  *
- * Why not tsx, which the service's own processes use: its hooks see every module, the ~1000 of
- * node_modules too, and that costs each test process about 0.3 s of CPU (of ~1.5 s to start), times
- * every file of every CI run. Imports name their `.ts` files (tsconfig's allowImportingTsExtensions),
- * so Node's resolution finds them as they are.
+ * Why not tsx, which the service's own processes use: any registered hook sees every module, the
+ * ~1000 of node_modules too (on Node 20 each import and load is a round trip to the hooks' thread),
+ * and tsx's do more work for each than these, which pass everything but `.ts` on untouched: ~0.3-0.5 s
+ * more CPU per process, times every file of every CI run. Imports name their `.ts` files (tsconfig's
+ * allowImportingTsExtensions), so Node's resolution finds them as they are.
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -23,12 +24,10 @@ mkdirSync(CACHE, { recursive: true });
 // that would each pass through these hooks (a round trip to the hooks' thread per import and per
 // load; CommonJS requires inside it do not), ~0.3 s of CPU per test and service process. Every
 // import of 'kysely' in a process gets the same build, so there is one copy of its classes.
-const require = createRequire(import.meta.url);
-const AS_CJS = new Map(['kysely'].map((name) => [name, pathToFileURL(require.resolve(name)).href]));
+const KYSELY_CJS = pathToFileURL(createRequire(import.meta.url).resolve('kysely')).href;
 
 export async function resolve(specifier, context, next) {
-  const url = AS_CJS.get(specifier);
-  if (url) return { url, format: 'commonjs', shortCircuit: true };
+  if (specifier === 'kysely') return { url: KYSELY_CJS, format: 'commonjs', shortCircuit: true };
   return next(specifier, context);
 }
 
