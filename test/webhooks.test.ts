@@ -270,8 +270,8 @@ t.test('concurrent: every event once after deduplication; 410 disables; enabling
       db,
     )
   ).rows.map((r) => r.c);
-  // A delivery whose settlement failed (the database refusing a connection, or a deadlock between
-  // the disabling deliveries, say) waits for its lease: 2 s of timeout + 5 s, on a loaded machine more.
+  // A delivery whose settlement failed (the database refusing a connection, say) waits for its
+  // lease: 2 s of timeout + 5 s, on a loaded machine more.
   const delivered = (n: number, what: string) =>
     until(() => rx.deliveredIds().length >= n, 30_000, what).catch(async (err) => {
       const e = (await api(server.url, 'GET', '/v1/webhooks/many')).body;
