@@ -51,6 +51,12 @@ export class CatchUpReads {
     private readonly history: FeedHistory,
   ) {}
 
+  /** The trim mark as of now (a fresh, shared read): retention may have dropped events after a
+   * cursor below it; it is the earliest position retention still holds. */
+  trimMark(): Promise<Cursor> {
+    return this.marks.current();
+  }
+
   /**
    * Up to `limit` events of `streams` after `after`, from the window when it covers the cursor,
    * else from the table; never past the tail (or `reach`), so every event returned is final. `position` is where

@@ -137,7 +137,7 @@ export class CatchUp {
     const key = `${after.txid}-${after.id}\n${sub.streams.join('\n')}`;
     const shared = this.shared.get(key);
     if (shared !== undefined) return shared;
-    const page = this.tailer
+    const page = this.tailer.catchUp
       .readFrames(sub.streams, sub.streamSet, after, this.opts.pageSize, CHUNK_BYTES)
       .then((read) => (read.reset ? read : { ...read, chunks: read.chunks.map((c) => Buffer.from(c)) }));
     this.shared.set(key, page);

@@ -12,6 +12,8 @@
  * counts the primary's unfinished transactions as running) and are filtered by the floor: it is a
  * fact about rows, wherever they are read.
  */
+import type { Db } from '../db/database.ts';
+import { floorMark } from './queries/floor-mark.ts';
 import type { TailFloor } from './queries/read-tail.ts';
 
 /** What the tracker needs of a tail page (see TailPage). */
@@ -79,5 +81,29 @@ export class TailFloorTracker {
       this.candidate = undefined;
     }
     return reset;
+  }
+
+  /**
+   * After each tail page: notes its facts (observe) and, once it read everything below its horizon,
+   * asks for a mark when one is wanted (one query on the primary; a failed one is asked again later).
+   */
+  pageRead(
+    page: FloorFacts,
+    caughtUp: boolean,
+    db: Db,
+    log: { warn(obj: object, msg?: string): void },
+  ): void {
+    if (this.observe(page, caughtUp)) {
+      log.warn(
+        { clockMs: page.clockMs },
+        "the database's clock went back: tail reads cover every partition until a new floor is established",
+      );
+    }
+    if (!caughtUp || !this.wantsMark(Date.now())) return;
+    const resets = this.resets;
+    floorMark(db).then(
+      (mark) => this.offer(mark, resets),
+      (err: Error) => log.warn({ err: err.message }, 'tail floor mark failed; taken again later'),
+    );
   }
 }

@@ -24,13 +24,12 @@
  * cursor; the window vouches only for cursors at or past the trim marks it has seen (trim-marks.ts).
  */
 import type { Db } from '../db/database.ts';
-import { CatchUpReads, type EventsRead, type FramesRead, type LiveTail } from './catch-up-reads.ts';
+import { CatchUpReads, type LiveTail } from './catch-up-reads.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 import { FeedHistory } from './history.ts';
 import { type OwnWrites, mergeInOrder } from './own-writes.ts';
 import { currentHorizon } from './queries/current-horizon.ts';
-import { floorMark } from './queries/floor-mark.ts';
 import { readTail } from './queries/read-tail.ts';
 import { readStartPosition } from './queries/start-position.ts';
 import { FeedReads } from './reads.ts';
@@ -82,7 +81,8 @@ export class Tailer implements LiveTail {
   private readonly wakes = new Wakes();
   private readonly reads: FeedReads;
   private readonly marks: TrimMarks;
-  private readonly catchUp: CatchUpReads;
+  /** Catch-up reads (catch-up-reads.ts): events after a cursor, from the window or the table. */
+  readonly catchUp: CatchUpReads;
   private readonly floor: TailFloorTracker;
   /** The feed's tag and the check of cursors against this history (history.ts). */
   readonly history: FeedHistory;
@@ -156,16 +156,6 @@ export class Tailer implements LiveTail {
     this.readNow();
   }
 
-  /** Takes a mark for the tail floor (one query on the primary); a failed one is taken again later. */
-  private async markFloor(): Promise<void> {
-    const resets = this.floor.resets;
-    try {
-      this.floor.offer(await floorMark(this.db), resets);
-    } catch (err) {
-      this.opts.log.warn({ err: (err as Error).message }, 'tail floor mark failed; taken again later');
-    }
-  }
-
   /** Someone started waiting for new events: a deferred read runs now. */
   hurry(): void {
     if (this.deferred && !this.stopped) this.readNow();
@@ -212,13 +202,7 @@ export class Tailer implements LiveTail {
             : rows;
         this.window.append(events, tail);
         own?.release(tail);
-        if (this.floor.observe(page, !full)) {
-          this.opts.log.warn(
-            { clockMs: page.clockMs },
-            "the database's clock went back: tail reads cover every partition until a new floor is established",
-          );
-        }
-        if (!full && this.floor.wantsMark(Date.now())) void this.markFloor();
+        this.floor.pageRead(page, !full, this.db, this.opts.log);
         this.stats.events += events.length;
         if (events.length > 0) this.opts.onEvents(events);
         if (full) continue;
@@ -302,34 +286,6 @@ export class Tailer implements LiveTail {
   private clearTimer(): void {
     clearTimeout(this.timer);
     this.timerAt = Number.POSITIVE_INFINITY;
-  }
-
-  /** Catch-up reads (catch-up-reads.ts): events after a cursor, from the window or the table. */
-  read(
-    streams: readonly string[],
-    streamSet: ReadonlySet<string>,
-    after: Cursor,
-    limit: number,
-    reach?: Cursor,
-  ): Promise<EventsRead> {
-    return this.catchUp.read(streams, streamSet, after, limit, reach);
-  }
-
-  /** Catch-up reads for SSE (catch-up-reads.ts): the same events as ready-made frames. */
-  readFrames(
-    streams: readonly string[],
-    streamSet: ReadonlySet<string>,
-    after: Cursor,
-    limit: number,
-    chunkBytes: number,
-  ): Promise<FramesRead> {
-    return this.catchUp.readFrames(streams, streamSet, after, limit, chunkBytes);
-  }
-
-  /** The trim mark as of now (a fresh, shared read): retention may have dropped events after a
-   * cursor below it; it is the earliest position retention still holds. */
-  trimMark(): Promise<Cursor> {
-    return this.marks.current();
   }
 
   /** True when every event after `after` up to the tail is in the window (see coverFloor). */

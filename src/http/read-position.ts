@@ -73,7 +73,7 @@ export async function placeCursor(
   const resumeFrom =
     config.unknownCursorResume === 'latest'
       ? await safePosition(feed, config.startWaitMs)
-      : await feed.tailer.trimMark();
+      : await feed.tailer.catchUp.trimMark();
   return { given, reason, resumeFrom };
 }
 

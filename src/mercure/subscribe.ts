@@ -184,7 +184,7 @@ export class MercureSelection implements Selection {
       events = page.events;
       position = events.length === limit ? events[events.length - 1] : upTo;
     } else {
-      const page = await tailer.read([MERCURE_STREAM], this.streamSet, after, limit);
+      const page = await tailer.catchUp.read([MERCURE_STREAM], this.streamSet, after, limit);
       if (page.reset) return { chunks: [], count: 0, position: page.position, more: true, reset: page.reset };
       events = page.events;
       position = page.position;

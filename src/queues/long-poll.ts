@@ -143,7 +143,7 @@ async function feedMovedSince(
 ): Promise<boolean> {
   let pos = since;
   for (;;) {
-    const page = await feed.tailer.read(streams, streamSet, pos, 1);
+    const page = await feed.tailer.catchUp.read(streams, streamSet, pos, 1);
     if (page.events.length > 0) return true;
     pos = page.position;
     if (compareCursors(feed.tailer.position, pos) <= 0) return false;

@@ -142,7 +142,7 @@ async function readStreams(
     etag !== undefined &&
     matches(request, etag) &&
     given !== undefined &&
-    compareCursors(given, await feed.tailer.trimMark()) >= 0
+    compareCursors(given, await feed.tailer.catchUp.trimMark()) >= 0
   ) {
     markImmutable(reply, etag, shared, config.retentionMs);
     return reply.code(304).send();
@@ -237,7 +237,7 @@ async function pollPage(
   let reset: Cursor | undefined;
   let waited = false;
   for (;;) {
-    const page = await feed.tailer.read(streams, streamSet, after, query.limit, reach);
+    const page = await feed.tailer.catchUp.read(streams, streamSet, after, query.limit, reach);
     if (page.reset) {
       reset = page.reset;
       after = page.position;
