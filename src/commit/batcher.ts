@@ -54,6 +54,11 @@ export class Batcher<I, R> {
     private readonly opts: BatcherOptions<I, R>,
   ) {}
 
+  /** Statements in flight (in `write`, the calling statement's own included). */
+  get inFlight(): number {
+    return this.inflight;
+  }
+
   /** Writes one request's items (all-or-nothing), grouped with concurrent requests. */
   publish(events: readonly I[]): Promise<R[]> {
     if (this.closed) return Promise.reject(new ShuttingDownError());

@@ -24,6 +24,7 @@ export const SQL_FUNCTIONS = [
   'invalid-name',
   'refuse-invalid',
   'append-plain',
+  'tail-clear',
   'append-unchecked',
   'append',
   'publish',

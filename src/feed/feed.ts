@@ -100,8 +100,20 @@ export class Feed {
       maxEvents: opts.batchMaxEvents,
       // One autocommit statement per group: committed when it returns, so its events may be held.
       // Results carry the feed's tag on their cursors, as every cursor the service answers with.
-      write: async (db, events) => this.history.tagged(await appendCheckedEvents(db, events, this.own)),
-      onCommit: () => this.tailer.wake(),
+      // The tailer's question rides on the statement: a yes hands the events on without a read.
+      write: async (db, events) => {
+        const probe = this.tailer.clearProbe();
+        let results: AppendResult[];
+        try {
+          results = await appendCheckedEvents(db, events, this.own, probe);
+        } catch (err) {
+          // A commit handed on from memory may be waiting for this statement (Tailer.committed).
+          this.tailer.wake();
+          throw err;
+        }
+        this.tailer.committed(probe, this.batcher.inFlight > 1);
+        return this.history.tagged(results);
+      },
     });
     this.listener = new Listener({
       url: opts.databaseUrl,

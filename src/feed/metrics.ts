@@ -57,9 +57,14 @@ function registerTailMetrics(m: Metrics, feed: Feed): void {
     (add) => {
       const { notifications, own, foreignMarkers } = listener.stats;
       add({ source: 'notify' }, notifications - own - foreignMarkers);
-      add({ source: 'local' }, feed.batcher.stats.statements);
+      add({ source: 'local' }, feed.batcher.stats.statements - tailer.cleared.handedOn);
       add({ source: 'fallback' }, tailer.stats.fallbackWakes);
     },
+  );
+  m.counter(
+    'commitfeed_commits_handed_on_total',
+    'Group commits whose events went to subscribers from memory as they committed, without a tail read (their statement found nothing before them the tailer lacked)',
+    () => tailer.cleared.handedOn,
   );
   m.counter(
     'commitfeed_notifications_received_total',

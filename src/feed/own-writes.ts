@@ -53,6 +53,11 @@ export class OwnWrites {
     this.stats.recorded += events.length;
   }
 
+  /** True when transaction `txid`'s events are held here. */
+  holds(txid: number): boolean {
+    return this.txs.has(String(txid));
+  }
+
   /** The transactions the next tail read skips (xid8 texts); pass the same list to between(). */
   txids(): string[] {
     return [...this.txs.keys()];

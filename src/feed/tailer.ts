@@ -9,7 +9,9 @@
  * reads, not replayed into the window); it then wakes on NOTIFY (via the listener), on a local poke
  * after our own commits, on a fallback timer, and on a fast re-poll while committed rows wait behind
  * the horizon (the transaction that finally ends may never notify). A NOTIFY is only a latency hint:
- * losing one costs at most one poll interval, never an event.
+ * losing one costs at most one poll interval, never an event. Most of this process's own group
+ * commits need no read at all: their statement shows nothing stands before their rows, and they are
+ * handed on from memory as they commit (cleared.ts).
  * While nothing in this process waits for new events (`idle()`: no SSE subscriber, long-poll or
  * waiting claim), a commit's wake is deferred up to `idleDelayMs`, so one read covers every commit
  * of that stretch instead of one read per commit (a publish-only process spends most of its
@@ -25,12 +27,13 @@
  */
 import type { Db } from '../db/database.ts';
 import { CatchUpReads, type LiveTail } from './catch-up-reads.ts';
+import { type ClearProbe, ClearedCommits } from './cleared.ts';
 import { type Cursor, START, compareCursors, horizonCursor, maxCursor } from './cursor.ts';
 import type { FeedEvent } from './event.ts';
 import { FeedHistory } from './history.ts';
 import { type OwnWrites, mergeInOrder } from './own-writes.ts';
 import { currentHorizon } from './queries/current-horizon.ts';
-import { readTail } from './queries/read-tail.ts';
+import { floorParams, readTail } from './queries/read-tail.ts';
 import { readStartPosition } from './queries/start-position.ts';
 import { FeedReads } from './reads.ts';
 import { TailFloorTracker } from './tail-floor.ts';
@@ -76,6 +79,8 @@ export class Tailer implements LiveTail {
   private deferred = false;
   private fastPollMs = FAST_POLL_MIN_MS;
   private errorBackoffMs = 0;
+  /** Group commits whose events may go to the hub without a read (cleared.ts). */
+  readonly cleared = new ClearedCommits();
   /** When rows first started waiting behind the horizon (0: none waiting). */
   private waitingSince = 0;
   private readonly wakes = new Wakes();
@@ -156,6 +161,46 @@ export class Tailer implements LiveTail {
     this.readNow();
   }
 
+  /** The question for a group commit to ask in its statement (cleared.ts); undefined when the answer
+   * would not be used: nobody waits, reads go to standbys, or the tailer is stopped or failing. */
+  clearProbe(): ClearProbe | undefined {
+    const own = this.opts.own;
+    if (!own || this.stopped || this.errorBackoffMs > 0 || this.reads.configured || this.opts.idle?.())
+      return undefined;
+    return { after: this.window.tail, txids: own.txids(), floor: floorParams(this.floor.floor) };
+  }
+
+  /** After a group commit, with its probe: its events go to the hub now, from memory, when its answer
+   * allows (cleared.ts); they wait for `othersInFlight` (this process's statements still committing:
+   * each calls this again) or for the read in flight (its page first). Otherwise a read. */
+  committed(probe: ClearProbe | undefined, othersInFlight: boolean): void {
+    if (probe?.answer !== undefined && !this.stopped) {
+      this.cleared.add(probe.answer);
+      if (this.handOnCleared() || this.running || othersInFlight) return;
+    }
+    this.wake();
+  }
+
+  /** Hands on what the answered commits allow; true when none is left waiting. */
+  private handOnCleared(): boolean {
+    const own = this.opts.own;
+    if (this.cleared.size === 0 || !own || this.running || this.stopped) return this.cleared.size === 0;
+    const tail = this.window.tail;
+    const to = this.cleared.ready(tail, own);
+    if (to !== undefined) this.handOn(own.between(own.txids(), tail, to, this.history.suffix), to, true);
+    return this.cleared.size === 0;
+  }
+
+  /** Puts a page of events (in feed order, all past the tail) into the window and hands it on;
+   * `cleared`: the tail moves to a position cleared.ts gave. */
+  private handOn(events: FeedEvent[], tail: Cursor, cleared = false): void {
+    this.window.append(events, tail);
+    this.cleared.moved(tail, cleared);
+    this.opts.own?.release(tail);
+    this.stats.events += events.length;
+    if (events.length > 0) this.opts.onEvents(events);
+  }
+
   /** Someone started waiting for new events: a deferred read runs now. */
   hurry(): void {
     if (this.deferred && !this.stopped) this.readNow();
@@ -200,11 +245,8 @@ export class Tailer implements LiveTail {
           own && page.skipped.length > 0
             ? mergeInOrder(rows, own.between(page.skipped, this.window.tail, tail, this.history.suffix))
             : rows;
-        this.window.append(events, tail);
-        own?.release(tail);
+        this.handOn(events, tail);
         this.floor.pageRead(page, !full, this.db, this.opts.log);
-        this.stats.events += events.length;
-        if (events.length > 0) this.opts.onEvents(events);
         if (full) continue;
         this.wakes.readUpTo(covers);
         if (page.waiting) {
@@ -225,6 +267,9 @@ export class Tailer implements LiveTail {
     } finally {
       this.running = false;
     }
+    // Commits answered clear while this read ran go now; one still waiting for a lower transaction
+    // (a statement of this process still committing, or another's) is read for again soon.
+    if (!this.handOnCleared() && this.errorBackoffMs === 0) next = Math.min(next, this.fastPollMs);
     // A commit deferred while this read ran (it may have started before the commit) is read later.
     if (this.deferred && this.errorBackoffMs === 0) next = Math.min(next, this.opts.idleDelayMs ?? 0);
     this.schedule(next);
@@ -243,7 +288,7 @@ export class Tailer implements LiveTail {
    * A position past the tail is fine for a subscriber: the hub skips events at or before its cursor.
    */
   async safePosition(maxMs: number): Promise<Cursor | undefined> {
-    if (this.wakes.allCovered && this.waitingSince === 0) return this.window.tail;
+    if (this.wakes.allCovered && this.waitingSince === 0 && this.cleared.size === 0) return this.window.tail;
     const deadline = Date.now() + maxMs;
     for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
       const { horizon, waiting } = await readStartPosition(this.db);
@@ -260,7 +305,8 @@ export class Tailer implements LiveTail {
    * still behind the horizon (see safePosition for a position that is one).
    */
   settled(maxMs = 1000): Promise<void> {
-    if (this.wakes.allCovered || this.stopped) return Promise.resolve();
+    if (this.stopped || (this.wakes.allCovered && this.cleared.size === 0)) return Promise.resolve();
+    if (this.cleared.size > 0) this.wake(false); // a read hands on the commits waiting in cleared.ts
     this.hurry();
     return this.wakes.covered(maxMs);
   }

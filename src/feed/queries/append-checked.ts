@@ -8,6 +8,7 @@ import { CompiledQuery } from 'kysely';
 import { type Db, inTransaction } from '../../db/database.ts';
 import { prepared } from '../../db/prepared.ts';
 import { type CheckedEventInput, FIELD_NAMES } from '../event.ts';
+import type { ClearProbe } from '../cleared.ts';
 import type { OwnWrites } from '../own-writes.ts';
 import { type AppendResult, appendParams, appendResults } from './append.ts';
 import { appendPlain } from './append-plain.ts';
@@ -22,15 +23,17 @@ const APPEND_UNCHECKED_SQL = prepared(
  * appendEvents() for events already checked (the type says toEventInput() or the Mercure hub made
  * them). `own`: only for a statement that commits by itself (the group commit's, not a caller's
  * transaction): a keyless group's events are recorded for the tailer once it has committed (see
- * own-writes.ts).
+ * own-writes.ts), and `probe` asked of the feed in the same statement (ClearProbe; keyed groups
+ * leave it unanswered).
  */
 export async function appendCheckedEvents(
   db: Db,
   events: readonly CheckedEventInput[],
   own?: OwnWrites,
+  probe?: ClearProbe,
 ): Promise<AppendResult[]> {
   if (events.length === 0) return [];
-  if (events.every((e) => e.key === null)) return appendPlain(db, events, own);
+  if (events.every((e) => e.key === null)) return appendPlain(db, events, own, probe);
   if (events.some((e) => e.lookup !== undefined)) return appendSplit(db, events);
   const { rows } = await db.executeQuery<{ cursor: string; duplicate: boolean }>(
     CompiledQuery.raw(APPEND_UNCHECKED_SQL, appendParams(events)),

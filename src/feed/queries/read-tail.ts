@@ -102,7 +102,7 @@ export const TAIL_SQL = prepared(`
   order by p.txid, p.id`);
 
 /** The floor as the statement's parameters ($5, $6). */
-function floorParams(floor: TailFloor | undefined): [string, string] {
+export function floorParams(floor: TailFloor | undefined): [string, string] {
   const at =
     floor === undefined || floor.atMs === -Infinity ? '-infinity' : new Date(floor.atMs).toISOString();
   return [at, `${floor?.marginMs ?? 0} milliseconds`];

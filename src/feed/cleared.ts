@@ -1,0 +1,80 @@
+/**
+ * Commits handed on from memory: a group commit's events go to subscribers the moment it commits,
+ * without the tail read that would otherwise follow (a wake and a database round trip later), when
+ * its own statement showed that nothing stands before its rows that the tailer lacks.
+ *
+ * How: when a group commit starts, the tailer gives it a question (ClearProbe: the tailer's
+ * position and the transactions own-writes.ts holds). The statement asks commitfeed.tail_clear
+ * (src/sql/tail-clear.sql) after its insert, with a snapshot taken after it has its transaction id:
+ * which transactions with lower ids may still be running, and which finished ones left rows past
+ * the position that are not held. No transaction can take a lower id later, so once each of those
+ * is behind the tailer or is one of this process's own statements that has committed (held), the
+ * feed up to the statement's last row is exactly the window plus the held events: the tailer hands
+ * them on in feed order, as a read would have. Usually the answer is empty, or names only this
+ * process's statement committing beside it.
+ *
+ * Lifecycle: one per tailer. Answers wait here (`add`) until `ready` finds the tail may move to one
+ * of them, or a read passes them (`moved` drops those). Failure: an answer whose transactions never
+ * resolve here (another process's transaction still open, a statement that failed) just waits: the
+ * tailer reads instead, so it costs the read this path saves, never an event. Not used while reads
+ * go to standbys (an event must not reach readers before the standbys that serve their
+ * reconnections) or while nobody waits for events (the tailer defers its reads then).
+ */
+import { type Cursor, compareCursors } from './cursor.ts';
+import type { OwnWrites } from './own-writes.ts';
+
+/** The tailer's question to one group commit (see above); the append sets `answer`. */
+export interface ClearProbe {
+  /** The tailer's position when the write started. */
+  after: Cursor;
+  /** The transactions own-writes held then (not counted as standing before the statement). */
+  txids: string[];
+  /** The tail floor as the statement's parameters (readTail's floorParams). */
+  floor: [string, string];
+  /** Unset when too many transactions stand before the statement (the tailer reads instead). */
+  answer?: ClearAnswer;
+}
+
+export interface ClearAnswer {
+  /** The transactions that stand before the statement's rows (see above). */
+  needs: number[];
+  /** The statement's last row. */
+  to: Cursor;
+}
+
+export class ClearedCommits {
+  private waiting: ClearAnswer[] = [];
+  /** Every row of the tail's transaction is in the window: the tail was moved here, to a `to`. */
+  private tailWhole = false;
+  /** Commits handed on from here. */
+  handedOn = 0;
+
+  add(answer: ClearAnswer): void {
+    this.waiting.push(answer);
+  }
+
+  get size(): number {
+    return this.waiting.length;
+  }
+
+  /** The furthest position the tail may move to now, every event up to it being in the window or
+   * held by `own` (undefined: none). */
+  ready(tail: Cursor, own: OwnWrites): Cursor | undefined {
+    let to: Cursor | undefined;
+    const past = (x: number) => x < tail.txid || (x === tail.txid && this.tailWhole) || own.holds(x);
+    for (const c of this.waiting) {
+      if (compareCursors(c.to, tail) <= 0 || (to !== undefined && compareCursors(c.to, to) <= 0)) continue;
+      if (c.needs.every(past)) to = c.to;
+    }
+    return to;
+  }
+
+  /** The tail moved to `tail`; `fromHere`: to a position `ready` gave (else a read moved it). */
+  moved(tail: Cursor, fromHere: boolean): void {
+    this.tailWhole = fromHere;
+    if (this.waiting.length === 0) return;
+    const left = this.waiting.filter((c) => compareCursors(c.to, tail) > 0);
+    if (fromHere) this.handedOn += this.waiting.length - left.length;
+    this.waiting = left;
+  }
+}

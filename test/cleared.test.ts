@@ -1,0 +1,229 @@
+// Commits handed on from memory (src/feed/cleared.ts): a group commit's events go to subscribers as
+// it commits, without a tail read, only when its statement showed that nothing stands before its
+// rows that the tailer lacks. Checked: commitfeed.tail_clear's answers (a lower transaction still
+// open, another's committed rows past the tailer, held transactions, the cap); the tailer handing
+// on a commit that waited for this process's own lower statement, in order and with no read; a row
+// committed elsewhere and not yet read coming first; and concurrent publishes beside SQL publishes,
+// delivered once each in table order.
+import { sql } from 'kysely';
+import t from 'tap';
+import { createDatabase } from '../src/db/database.ts';
+import type { ClearProbe } from '../src/feed/cleared.ts';
+import { START } from '../src/feed/cursor.ts';
+import type { CheckedEventInput, FeedEvent } from '../src/feed/event.ts';
+import { OwnWrites } from '../src/feed/own-writes.ts';
+import { appendCheckedEvents } from '../src/feed/queries/append-checked.ts';
+import { readTail } from '../src/feed/queries/read-tail.ts';
+import { Tailer } from '../src/feed/tailer.ts';
+import { feedRows, openSse, pgClient, publish, startTestServer, testDatabase, until } from './helpers.ts';
+
+const log = { warn() {}, error() {}, info() {} };
+const ev = (stream: string, n: number) =>
+  ({ stream, type: null, key: null, data: JSON.stringify({ n }) }) as CheckedEventInput;
+type Client = Awaited<ReturnType<typeof pgClient>>;
+
+/** tail_clear's answer for a new transaction of `c` (rolled back after): null, or the ids it names. */
+async function ask(c: Client, after: [string, number], own: string[] = []) {
+  await c.query('begin');
+  try {
+    const { rows } = await c.query<{ tx: string }>('select pg_current_xact_id()::text as tx');
+    const tx = rows[0].tx;
+    const answer = await c.query<{ needs: string | null }>(
+      `select array_to_string(commitfeed.tail_clear($1::xid8, $2::xid8, $3::int8, $4::xid8[],
+         '-infinity', '0 ms'), ',') as needs`,
+      [tx, after[0], after[1], own],
+    );
+    const needs = answer.rows[0].needs;
+    return {
+      tx: Number(tx),
+      needs: needs === null ? null : needs === '' ? [] : needs.split(',').map(Number),
+    };
+  } finally {
+    await c.query('rollback');
+  }
+}
+
+/** Publishes one event through SQL in a transaction of its own; its transaction id. */
+async function sqlPublish(c: Client, stream: string, n: number): Promise<number> {
+  await c.query('begin');
+  const { rows } = await c.query<{ tx: string }>('select pg_current_xact_id()::text as tx');
+  await c.query('select commitfeed.publish($1, $2::jsonb)', [stream, JSON.stringify({ n })]);
+  await c.query('commit');
+  return Number(rows[0].tx);
+}
+
+t.test('tail_clear names the transactions that stand before a statement', async (t) => {
+  const url = await testDatabase(t);
+  const asker = await pgClient(t, url);
+  const other = await pgClient(t, url);
+
+  // Another transaction with a lower id, still open: named until it ends.
+  await other.query('begin');
+  const open = Number(
+    (await other.query<{ tx: string }>('select pg_current_xact_id()::text as tx')).rows[0].tx,
+  );
+  const whileOpen = await ask(asker, ['0', 0]);
+  t.ok(whileOpen.needs?.includes(open), `a lower transaction still open is named (${whileOpen.needs})`);
+  await other.query('commit');
+  const afterEnd = await ask(asker, ['0', 0]);
+  t.notOk(afterEnd.needs?.includes(open), 'once it ended without rows, it is not');
+
+  // Another transaction's committed row past the position: named, unless held or behind the position.
+  const wrote = await sqlPublish(other, 's', 1);
+  t.ok(
+    (await ask(asker, ['0', 0])).needs?.includes(wrote),
+    'a finished transaction with a row past the position is named',
+  );
+  t.notOk((await ask(asker, ['0', 0], [String(wrote)])).needs?.includes(wrote), 'not when it is held');
+  const last = Number(
+    (await other.query<{ id: string }>('select max(id)::text as id from commitfeed.feed')).rows[0].id,
+  );
+  t.notOk(
+    (await ask(asker, [String(wrote), last])).needs?.includes(wrote),
+    'not when its rows are behind the position',
+  );
+
+  // More than 16 of them: no answer (the tailer reads instead).
+  for (let i = 0; i < 17; i++) await sqlPublish(other, 's', i + 2);
+  t.equal((await ask(asker, [String(wrote), last])).needs, null, 'more than 16 transactions: null');
+});
+
+t.test(
+  'a commit waiting for a lower statement of this process is handed on with it, in order, without a read',
+  async (t) => {
+    const { db } = createDatabase({ url: await testDatabase(t), poolSize: 4, statementTimeoutMs: 5000, log });
+    t.teardown(() => db.destroy());
+    const own = new OwnWrites(1000);
+    const got: FeedEvent[] = [];
+    // Someone waits (idle false), and no timer reads during the test.
+    const tailer = new Tailer(db, {
+      pageSize: 100,
+      windowEvents: 1000,
+      pollIntervalMs: 600_000,
+      log,
+      own,
+      idle: () => false,
+      onEvents: (e) => got.push(...e),
+    });
+    await tailer.start();
+    t.teardown(() => tailer.stop());
+
+    // Another session's transaction running at the second statement's snapshot would be named too and
+    // make that attempt read instead; the attempts go on until one shows the hand-on alone.
+    let shown = false;
+    for (let attempt = 1; attempt <= 10 && !shown; attempt++) {
+      const reads = tailer.stats.reads;
+      const handed = tailer.cleared.handedOn;
+      const from = got.length;
+      // The first statement takes the lower id and commits last, as the group commit's two statements in
+      // flight can; it records its events when it commits, as the group commit does.
+      const first = tailer.clearProbe()!;
+      let go!: () => void;
+      const mayAppend = new Promise<void>((r) => (go = r));
+      let started!: (tx: number) => void;
+      const hasId = new Promise<number>((r) => (started = r));
+      const scratch = new OwnWrites(10);
+      const firstDone = db.transaction().execute(async (trx) => {
+        const { rows } = await sql<{ tx: string }>`select pg_current_xact_id()::text as tx`.execute(trx);
+        started(Number(rows[0].tx));
+        await mayAppend;
+        await appendCheckedEvents(trx, [ev('w', 2 * attempt)], scratch, first);
+      });
+      const firstTx = await hasId;
+      const second: ClearProbe = tailer.clearProbe()!;
+      await appendCheckedEvents(db, [ev('w', 2 * attempt + 1)], own, second);
+      tailer.committed(second, true);
+      const alone = second.answer !== undefined && second.answer.needs.join() === String(firstTx);
+      if (alone) {
+        t.equal(got.length, from, `attempt ${attempt}: the second statement waits for the first`);
+        t.equal(tailer.cleared.size, 1, 'its answer is kept');
+      }
+      go();
+      await firstDone;
+      // Recorded only now, as the group commit records a statement once it has committed.
+      const [held] = scratch.between([String(firstTx)], START, { txid: Number.MAX_SAFE_INTEGER, id: 0 });
+      own.record(String(firstTx), [held.id], [ev('w', 2 * attempt)], held.ms);
+      tailer.committed(first, false);
+      if (alone && first.answer !== undefined && first.answer.needs.length === 0) {
+        t.same(
+          got.slice(from).map((e) => JSON.parse(e.data).n),
+          [2 * attempt, 2 * attempt + 1],
+          'both handed on, the lower transaction first',
+        );
+        t.equal(tailer.stats.reads, reads, 'without a read');
+        t.equal(tailer.cleared.handedOn - handed, 2, 'both counted as handed on');
+        shown = true;
+      } else {
+        t.comment(`attempt ${attempt}: another session's transaction was named; read instead`);
+        await tailer.settled(5000);
+        await until(() => got.length === from + 2, 10_000, 'the attempt to be read');
+      }
+    }
+    t.ok(shown, 'the hand-on was seen within 10 attempts');
+    // What went to the hub is the table, whole and in order.
+    const table = (await readTail(db, START, 1000, undefined, undefined, tailer.history.suffix)).events;
+    const shape = (e: FeedEvent) => [e.txid, e.id, e.cursor, e.stream, e.type, e.key, e.data, e.ms];
+    t.same(got.map(shape), table.map(shape), 'the hub got the table, once, in feed order');
+  },
+);
+
+t.test(
+  'a row committed elsewhere and not yet read is delivered before a commit of this process',
+  async (t) => {
+    const url = await testDatabase(t);
+    const server = await startTestServer(t, url);
+    const sse = await openSse(t, `${server.url}/v1/streams/c/events`);
+    const other = await pgClient(t, url);
+    // Without the LISTEN connection, the other session's commit wakes nobody here.
+    await server.feed.listener.stop();
+    for (let i = 0; i < 5; i++) {
+      await sqlPublish(other, 'c', 2 * i);
+      const res = await publish(server.url, 'c', { data: { n: 2 * i + 1 } });
+      t.equal(res.status, 201);
+    }
+    const frames = await sse.waitFor(10, 10_000);
+    t.same(
+      frames.map((f) => JSON.parse(f.data!).n),
+      [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+      'each in commit order, once',
+    );
+    t.same(
+      frames.map((f) => f.id),
+      (await feedRows(server.feed.db)).map((r) => r.cursor),
+      'the SSE order is the table order',
+    );
+  },
+);
+
+t.test(
+  'concurrent publishes beside SQL publishes: each delivered once, in table order, most handed on',
+  async (t) => {
+    const url = await testDatabase(t);
+    const server = await startTestServer(t, url);
+    const sse = await openSse(t, `${server.url}/v1/streams/m/events`);
+    const other = await pgClient(t, url);
+    const viaSql = (async () => {
+      for (let i = 0; i < 20; i++) await sqlPublish(other, 'm', 1000 + i);
+    })();
+    const answers = await Promise.all(
+      Array.from({ length: 300 }, (_, i) => publish(server.url, 'm', { data: { n: i } })),
+    );
+    await viaSql;
+    t.ok(
+      answers.every((r) => r.status === 201),
+      'every publish is accepted',
+    );
+    const frames = await sse.waitFor(320, 20_000);
+    const rows = await feedRows(server.feed.db);
+    t.equal(rows.length, 320, 'the table holds every event');
+    t.same(
+      frames.map((f) => f.id),
+      rows.map((r) => r.cursor),
+      'each delivered once, in table order',
+    );
+    t.ok(
+      server.feed.tailer.cleared.handedOn > 0,
+      `commits handed on from memory: ${server.feed.tailer.cleared.handedOn}`,
+    );
+  },
+);
