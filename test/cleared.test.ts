@@ -83,10 +83,84 @@ t.test('tail_clear names the transactions that stand before a statement', async 
     'not when its rows are behind the position',
   );
 
-  // More than 16 of them: no answer (the tailer reads instead).
-  for (let i = 0; i < 17; i++) await sqlPublish(other, 's', i + 2);
-  t.equal((await ask(asker, [String(wrote), last])).needs, null, 'more than 16 transactions: null');
+  // Many of them: no answer (the tailer reads instead); each costs one index probe, whatever its size.
+  for (let i = 0; i < 33; i++) await sqlPublish(other, 's', i + 2);
+  t.equal(
+    (await ask(asker, [String(wrote), last])).needs,
+    null,
+    'more than 32 transactions to look at: null',
+  );
+
+  // Retention trimmed past the position: no answer (a read must see the trim mark).
+  const lastNow = Number(
+    (await other.query<{ id: string }>('select max(id)::text as id from commitfeed.feed')).rows[0].id,
+  );
+  const at: [string, number] = [String(wrote + 1000), lastNow];
+  // (Other sessions' transactions running at the moment may be named: only the answer's presence counts.)
+  t.ok(Array.isArray((await ask(asker, at)).needs), 'an answer for a position beyond every row');
+  await other.query(`update commitfeed.trim_mark set txid = $1::xid8, id = $2`, [
+    String(wrote + 1000),
+    lastNow + 1,
+  ]);
+  t.equal((await ask(asker, at)).needs, null, 'a trim mark past the position: null');
 });
+
+t.test(
+  'events own-writes did not keep are read, never handed on; a failing subscriber fails no commit',
+  async (t) => {
+    const { db } = createDatabase({ url: await testDatabase(t), poolSize: 4, statementTimeoutMs: 5000, log });
+    t.teardown(() => db.destroy());
+    const own = new OwnWrites(2);
+    const got: FeedEvent[] = [];
+    let failNext = false;
+    const tailer = new Tailer(db, {
+      pageSize: 100,
+      windowEvents: 1000,
+      pollIntervalMs: 600_000,
+      log,
+      own,
+      idle: () => false,
+      onEvents: (e) => {
+        if (failNext) {
+          failNext = false;
+          throw new Error('a subscriber failed');
+        }
+        got.push(...e);
+      },
+    });
+    await tailer.start();
+    t.teardown(() => tailer.stop());
+
+    // Three events: more than own-writes keeps, so no answer, and a read brings them.
+    const big = tailer.clearProbe()!;
+    await appendCheckedEvents(db, [ev('k', 1), ev('k', 2), ev('k', 3)], own, big);
+    t.equal(big.answer, undefined, 'no answer for events that were not kept');
+    tailer.committed(big, false);
+    await tailer.settled(5000);
+    await until(() => got.length === 3, 10_000, 'the read to bring the three events');
+    t.equal(tailer.cleared.handedOn, 0, 'nothing handed on');
+
+    // The hub throws while a commit is handed on: the commit's caller sees no error, the next goes on.
+    let handed = false;
+    for (let attempt = 1; attempt <= 10 && !handed; attempt++) {
+      const before = tailer.cleared.handedOn;
+      const probe = tailer.clearProbe()!;
+      await appendCheckedEvents(db, [ev('k', 10 + attempt)], own, probe);
+      failNext = true;
+      t.doesNotThrow(() => tailer.committed(probe, false), 'committed does not throw');
+      handed = tailer.cleared.handedOn > before;
+      failNext = false;
+      await tailer.settled(5000);
+    }
+    t.ok(handed, 'a commit was handed on while the hub threw');
+    const probe = tailer.clearProbe()!;
+    await appendCheckedEvents(db, [ev('k', 99)], own, probe);
+    tailer.committed(probe, false);
+    await tailer.settled(5000);
+    await until(() => got.some((e) => JSON.parse(e.data).n === 99), 10_000, 'the next commit to arrive');
+    t.pass('later commits still arrive');
+  },
+);
 
 t.test(
   'a commit waiting for a lower statement of this process is handed on with it, in order, without a read',

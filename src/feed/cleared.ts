@@ -16,9 +16,11 @@
  * Lifecycle: one per tailer. Answers wait here (`add`) until `ready` finds the tail may move to one
  * of them, or a read passes them (`moved` drops those). Failure: an answer whose transactions never
  * resolve here (another process's transaction still open, a statement that failed) just waits: the
- * tailer reads instead, so it costs the read this path saves, never an event. Not used while reads
- * go to standbys (an event must not reach readers before the standbys that serve their
- * reconnections) or while nobody waits for events (the tailer defers its reads then).
+ * tailer reads instead, so it costs the read this path saves. Only held events are ever handed on
+ * (own-writes.ts may keep none past its cap; the append then gives no answer), and none past a trim
+ * mark the tailer has not read (tail_clear gives no answer). Not used while reads go to standbys
+ * (an event must not reach readers before the standbys that serve their reconnections) or while
+ * nobody waits for events (the tailer defers its reads then).
  */
 import { type Cursor, compareCursors } from './cursor.ts';
 import type { OwnWrites } from './own-writes.ts';
@@ -49,8 +51,9 @@ export class ClearedCommits {
   /** Commits handed on from here. */
   handedOn = 0;
 
-  add(answer: ClearAnswer): void {
-    this.waiting.push(answer);
+  /** Keeps an answer until it is handed on or passed (none kept when `tail` is past it already). */
+  add(answer: ClearAnswer, tail: Cursor): void {
+    if (compareCursors(answer.to, tail) > 0) this.waiting.push(answer);
   }
 
   get size(): number {
@@ -64,7 +67,8 @@ export class ClearedCommits {
     const past = (x: number) => x < tail.txid || (x === tail.txid && this.tailWhole) || own.holds(x);
     for (const c of this.waiting) {
       if (compareCursors(c.to, tail) <= 0 || (to !== undefined && compareCursors(c.to, to) <= 0)) continue;
-      if (c.needs.every(past)) to = c.to;
+      // Its own events must be held too (the append answers only then; checked again here).
+      if (own.holds(c.to.txid) && c.needs.every(past)) to = c.to;
     }
     return to;
   }

@@ -1,9 +1,10 @@
 /**
  * One process's feed machinery, wired together: the batcher (writes), the listener (NOTIFY), the
  * tailer (reads the global tail) and the hub (fan-out). Follow one event: batcher.publish →
- * appendCheckedEvents commits (own-writes.ts holds a keyless group's events) → onCommit pokes the
- * tailer (other processes hear the NOTIFY through their listener) → tailer.readTail (which skips
- * the held events' rows; the tailer puts them in) → hub.onEvents → the subscriber's SSE frame.
+ * appendCheckedEvents commits (own-writes.ts holds a keyless group's events) → tailer.committed hands
+ * them on from memory when the statement's answer allows (cleared.ts), or pokes a read (other
+ * processes hear the NOTIFY through their listener) → tailer.readTail (which skips the held events'
+ * rows; the tailer puts them in) → hub.onEvents → the subscriber's SSE frame.
  */
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/database.ts';

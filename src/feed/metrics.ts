@@ -57,7 +57,7 @@ function registerTailMetrics(m: Metrics, feed: Feed): void {
     (add) => {
       const { notifications, own, foreignMarkers } = listener.stats;
       add({ source: 'notify' }, notifications - own - foreignMarkers);
-      add({ source: 'local' }, feed.batcher.stats.statements - tailer.cleared.handedOn);
+      add({ source: 'local' }, tailer.stats.commitWakes);
       add({ source: 'fallback' }, tailer.stats.fallbackWakes);
     },
   );

@@ -42,15 +42,17 @@ export class OwnWrites {
 
   constructor(private readonly maxEvents: number) {}
 
-  /** Keeps one committed statement's events: transaction `tx`, `ids[i]` is `events[i]`'s row. */
-  record(tx: string, ids: number[], events: readonly EventFields[], ms: number): void {
+  /** Keeps one committed statement's events: transaction `tx`, `ids[i]` is `events[i]`'s row.
+   * False when they were not kept (`maxEvents` held already): they must be read from the table. */
+  record(tx: string, ids: number[], events: readonly EventFields[], ms: number): boolean {
     if (this.held + events.length > this.maxEvents) {
       this.stats.skipped += events.length;
-      return;
+      return false;
     }
     this.txs.set(tx, { tx, txid: Number(tx), ids, events, ms });
     this.held += events.length;
     this.stats.recorded += events.length;
+    return true;
   }
 
   /** True when transaction `txid`'s events are held here. */

@@ -34,7 +34,6 @@ import { FeedHistory } from './history.ts';
 import { type OwnWrites, mergeInOrder } from './own-writes.ts';
 import { currentHorizon } from './queries/current-horizon.ts';
 import { floorParams, readTail } from './queries/read-tail.ts';
-import { readStartPosition } from './queries/start-position.ts';
 import { FeedReads } from './reads.ts';
 import { TailFloorTracker } from './tail-floor.ts';
 import { TrimMarks } from './trim-marks.ts';
@@ -92,7 +91,8 @@ export class Tailer implements LiveTail {
   /** The feed's tag and the check of cursors against this history (history.ts). */
   readonly history: FeedHistory;
   /** fallbackWakes: reads started by the timer (idle poll, re-poll behind the horizon, backoff);
-   * deferredWakes: commit wakes deferred while idle; deferredReads: reads their timer started. */
+   * deferredWakes: commit wakes deferred while idle; deferredReads: reads their timer started;
+   * commitWakes: own group commits that asked for a read (not handed on from memory, cleared.ts). */
   readonly stats = {
     reads: 0,
     events: 0,
@@ -101,6 +101,7 @@ export class Tailer implements LiveTail {
     fallbackWakes: 0,
     deferredWakes: 0,
     deferredReads: 0,
+    commitWakes: 0,
   };
 
   constructor(
@@ -175,9 +176,10 @@ export class Tailer implements LiveTail {
    * each calls this again) or for the read in flight (its page first). Otherwise a read. */
   committed(probe: ClearProbe | undefined, othersInFlight: boolean): void {
     if (probe?.answer !== undefined && !this.stopped) {
-      this.cleared.add(probe.answer);
+      this.cleared.add(probe.answer, this.window.tail);
       if (this.handOnCleared() || this.running || othersInFlight) return;
     }
+    this.stats.commitWakes++;
     this.wake();
   }
 
@@ -198,7 +200,13 @@ export class Tailer implements LiveTail {
     this.cleared.moved(tail, cleared);
     this.opts.own?.release(tail);
     this.stats.events += events.length;
-    if (events.length > 0) this.opts.onEvents(events);
+    if (events.length === 0) return;
+    try {
+      this.opts.onEvents(events);
+    } catch (err) {
+      // A failing subscriber fails neither the read nor, handed on from memory, the group commit.
+      this.opts.log.warn({ err: (err as Error).message }, 'handing events on failed');
+    }
   }
 
   /** Someone started waiting for new events: a deferred read runs now. */
@@ -275,34 +283,16 @@ export class Tailer implements LiveTail {
     this.schedule(next);
   }
 
-  /**
-   * A position after every event committed before the call and not past the horizon: where a
-   * `latest` reader starts (it must not receive what was acknowledged before it connected, nor miss
-   * what commits after), and how far a read-your-writes read must reach. Undefined when no such
-   * position can be had within `maxMs` (a transaction holding the horizon back behind committed
-   * rows): the caller answers 503 rather than start in the past.
-   *
-   * The tail itself when the last read started after every local commit and found nothing waiting
-   * behind the horizon; otherwise the horizon read in one statement with the check that no committed
-   * row is past it (queries/start-position.ts), so a tailer that is merely behind costs one query, not a wait.
-   * A position past the tail is fine for a subscriber: the hub skips events at or before its cursor.
-   */
-  async safePosition(maxMs: number): Promise<Cursor | undefined> {
-    if (this.wakes.allCovered && this.waitingSince === 0 && this.cleared.size === 0) return this.window.tail;
-    const deadline = Date.now() + maxMs;
-    for (let pause = 5; ; pause = Math.min(pause * 2, 100)) {
-      const { horizon, waiting } = await readStartPosition(this.db);
-      if (!waiting) return maxCursor(this.window.tail, horizon);
-      const left = deadline - Date.now();
-      if (left <= 0) return undefined;
-      await new Promise((r) => setTimeout(r, Math.min(pause, left)));
-    }
+  /** Every local commit's wake was covered by a read that found nothing waiting behind the horizon,
+   * and no commit waits to be handed on (cleared.ts): the tail is after every commit so far. */
+  get caughtUp(): boolean {
+    return this.wakes.allCovered && this.waitingSince === 0 && this.cleared.size === 0;
   }
 
   /**
    * Resolves once a read that started after every wake asked so far has completed (or after
    * `maxMs`). A hint for tests and tools, not a guarantee: a read can finish with committed rows
-   * still behind the horizon (see safePosition for a position that is one).
+   * still behind the horizon (see safe-position.ts for a position that is one).
    */
   settled(maxMs = 1000): Promise<void> {
     if (this.stopped || (this.wakes.allCovered && this.cleared.size === 0)) return Promise.resolve();

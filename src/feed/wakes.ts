@@ -1,6 +1,6 @@
 /**
  * The tailer's wakes, counted: which of them a completed read covers (one that started after them
- * and reached the tail: Tailer.settled and safePosition rely on it), and whether a commit woke the
+ * and reached the tail: Tailer.settled and caughtUp rely on it), and whether a commit woke the
  * tailer since its last read (a read on a standby must then wait for that commit's replay:
  * FeedReads.tail). The tailer's own timer wakes it too, but says no commit happened.
  *

@@ -11,6 +11,7 @@ import { type Cursor, type GivenCursor, formatCursor, parseCursor } from '../fee
 import type { Feed } from '../feed/feed.ts';
 import type { NotInFeed } from '../feed/history.ts';
 import { resetFrame } from '../feed/frames.ts';
+import { safePosition as safeTailPosition } from '../feed/safe-position.ts';
 import { errorSchema } from './errors.ts';
 import { primerFrame } from './sse.ts';
 
@@ -34,13 +35,13 @@ export function givenCursor(request: FastifyRequest, after: string | undefined):
 }
 
 /**
- * A position after every write acknowledged so far and not past the horizon (Tailer.safePosition):
+ * A position after every write acknowledged so far and not past the horizon (feed/safe-position.ts):
  * the start of `latest` and the reach of a read-your-writes read. When an open transaction holds the
  * horizon behind committed rows for longer than START_WAIT, 503: any start would be in the past
  * (replaying acknowledged events) or past the horizon (missing the open transaction's events).
  */
 export async function safePosition(feed: Feed, waitMs: number): Promise<Cursor> {
-  const p = await feed.tailer.safePosition(waitMs);
+  const p = await safeTailPosition(feed.tailer, feed.db, waitMs);
   if (p === undefined) {
     throw unavailable(
       'unavailable',

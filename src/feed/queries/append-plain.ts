@@ -50,7 +50,8 @@ function lookupParams(events: readonly CheckedEventInput[]): unknown[] {
 /**
  * `own`: only for a statement that commits by itself (the group commit's, not a caller's
  * transaction): its events are recorded for the tailer once it has committed (see own-writes.ts).
- * `probe`: the tailer's question (only with `own`); the answer is set on it (`clearTo`).
+ * `probe`: the tailer's question (only with `own`); the answer is set on it (`answer`) when the
+ * events were held.
  */
 export async function appendPlain(
   db: Db,
@@ -74,8 +75,9 @@ export async function appendPlain(
   expectOnePerEvent('commitfeed.append_plain', texts.length, events);
   const { tx, ms, needs } = rows[0];
   const ids = texts.map(Number);
-  own?.record(tx, ids, events, ms);
-  if (probe !== undefined && typeof needs === 'string') {
+  const held = own?.record(tx, ids, events, ms) === true;
+  // Only held events can be handed on from memory (cleared.ts); others are read from the table.
+  if (probe !== undefined && held && typeof needs === 'string') {
     const to = { txid: Number(tx), id: ids[ids.length - 1] };
     probe.answer = { needs: needs === '' ? [] : needs.split(',').map(Number), to };
   }
