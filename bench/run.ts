@@ -183,6 +183,7 @@ async function main(): Promise<void> {
     commitfeed: undefined,
     naive: undefined,
     floor: undefined,
+    floorCommit: undefined,
     nats,
     redis,
     tables: [],
@@ -230,6 +231,10 @@ async function main(): Promise<void> {
       ctx.floor = await startFloor(opts.floorPort, LOG_DIR);
       log(`floor peer ready on 127.0.0.1:${opts.floorPort}`);
     }
+    if (wants('floor-commit') && opts.scenarios.includes(3)) {
+      ctx.floorCommit = await startFloor(opts.floorPort + 1, LOG_DIR, db.url);
+      log(`durable floor peer ready on 127.0.0.1:${opts.floorPort + 1}`);
+    }
     const scenarios: Record<number, (c: Ctx) => Promise<void>> = {
       1: scenario1,
       2: scenario2,
@@ -255,6 +260,7 @@ async function main(): Promise<void> {
     if (ctx.commitfeed) await stop(ctx.commitfeed.cp, 10_000);
     if (ctx.naive) await stop(ctx.naive.cp);
     if (ctx.floor) await stop(ctx.floor.cp);
+    if (ctx.floorCommit) await stop(ctx.floorCommit.cp);
     await Promise.all([nats.ok ? dropNats() : undefined, redis.ok ? dropRedis() : undefined]);
   }
 

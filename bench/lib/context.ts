@@ -69,6 +69,8 @@ export interface Ctx {
   naive: Server | undefined;
   /** The no-database HTTP + SSE floor (bench/peers/floor-server.ts), with `--peers floor`. */
   floor: Server | undefined;
+  /** The same floor writing each event to the bench database first, with `--peers floor-commit`. */
+  floorCommit: Server | undefined;
   nats: PeerStatus;
   redis: PeerStatus;
   tables: Table[];

@@ -11,8 +11,8 @@ const HELP = `npm run bench -- [flags]
 
   --quick                 smoke run, under 2 minutes (short runs, smaller scales)
   --scenarios 1,...,7     which scenarios to run (default all)
-  --peers LIST            peers to measure: naive,naive-nonotify,http-ceiling,floor,raw-fanout,nats,
-                          redis (default all)
+  --peers LIST            peers to measure: naive,naive-nonotify,http-ceiling,floor,floor-commit,
+                          raw-fanout,nats,redis (default all)
   --duration S            seconds per throughput point in scenarios 1 and 2 (default 10; quick 1)
   --conns LIST            scenario 1 connections (default 1,16,64,256)
   --warmup-curve S        scenario 1 first loads the fresh commitfeed at 64 connections for S seconds
@@ -39,7 +39,8 @@ const HELP = `npm run bench -- [flags]
   --db NAME               database, dropped and created afresh (default commitfeed_bench)
   --port N                commitfeed port (default 3210); the naive peer uses --naive-port (3211),
                           scenario 4's raw broadcaster --raw-port (3212), the floor peer
-                          --floor-port (default: the raw port + 1)
+                          --floor-port (default: the raw port + 1), the durable floor the floor
+                          port + 1
   --server-env K=V,...    extra environment for the commitfeed server (e.g. POOL_SIZE=20)
   --server-dir DIR        run commitfeed from DIR instead of this working tree
   --server-commit REF     run commitfeed as committed at REF (exported to a temp dir), so edits
@@ -114,7 +115,7 @@ export function parseOptions(argv: string[]): Options {
   return {
     quick: q,
     scenarios: list(v.scenarios, [1, 2, 3, 4, 5, 6, 7]),
-    peers: (v.peers ?? 'naive,naive-nonotify,http-ceiling,floor,raw-fanout,nats,redis')
+    peers: (v.peers ?? 'naive,naive-nonotify,http-ceiling,floor,floor-commit,raw-fanout,nats,redis')
       .split(',')
       .filter(Boolean),
     durationSec: num(v.duration, 10, 1),

@@ -11,12 +11,21 @@ import { REDIS_PORT } from './targets.ts';
 /** The name of the no-database HTTP + SSE floor in tables and checks. */
 export const FLOOR_NAME = 'floor: Fastify + SSE, no database';
 
-/** Starts the floor peer (bench/peers/floor-server.ts) on `port`. */
-export async function startFloor(port: number, logDir: string): Promise<Server> {
-  const log = join(logDir, 'floor.log');
-  const cp = spawnNode(benchFile('peers/floor-server.ts'), [], { env: { PORT: String(port) }, logFile: log });
+/** The durable floor's name: the floor plus one autocommit insert per publish (peer `floor-commit`). */
+export const FLOOR_COMMIT_NAME = 'floor + commit: one insert per publish';
+
+/** Starts the floor peer (bench/peers/floor-server.ts) on `port`; with `databaseUrl`, the durable
+ * floor (peer `floor-commit`), which writes each event to that database before fanning it out. */
+export async function startFloor(port: number, logDir: string, databaseUrl?: string): Promise<Server> {
+  const name = databaseUrl ? 'floor-commit' : 'floor';
+  const log = join(logDir, `${name}.log`);
+  const env: Record<string, string> = {
+    PORT: String(port),
+    ...(databaseUrl ? { FLOOR_DATABASE_URL: databaseUrl } : {}),
+  };
+  const cp = spawnNode(benchFile('peers/floor-server.ts'), [], { env, logFile: log });
   await waitForHttp(`http://127.0.0.1:${port}/readyz`, cp, 30_000);
-  return { name: 'floor', port, cp, log };
+  return { name, port, cp, log };
 }
 
 export const NATS_STREAM = 'COMMITFEED_BENCH';

@@ -5,6 +5,11 @@
 // client measures for HTTP in, an SSE write out and the machine, before any guarantee is kept.
 // In scenario 1 (no subscribers) it is the bare Fastify handler: route, JSON body, a 201 answer.
 //
+// With FLOOR_DATABASE_URL it is peer `floor-commit`, the durable floor: the POST first writes the event
+// to PostgreSQL, one autocommit insert into an unindexed table per request from a bare pg pool (the
+// commit's WAL flush, nothing else: no grouping, no notify, no order, no read), and fans out once that
+// returns. What a publish must wait for before anyone may see it, on the same machine in the same run.
+//
 // Same HTTP surface as the bench expects of commitfeed: POST /v1/streams/:stream/events (201
 // {id, stream}), GET of the same path as SSE with a primed `id:`, GET /readyz. Env: PORT (default 3213);
 // FLOOR_TRACE_OUT: a file where, at exit, the percentiles of the two server-side stages of scenario 3's
@@ -13,6 +18,7 @@
 import { writeFileSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import Fastify from 'fastify';
+import pg from 'pg';
 
 const traceOut = process.env['FLOOR_TRACE_OUT'];
 /** One list of stage times per measured run (a pause of 1.5 s starts the next). */
@@ -35,6 +41,18 @@ if (traceOut)
   });
 
 const port = Number(process.env['PORT'] ?? 3213);
+const databaseUrl = process.env['FLOOR_DATABASE_URL'];
+/** The durable floor's pool: as many connections as the publisher keeps requests in flight. */
+const pool = databaseUrl ? new pg.Pool({ connectionString: databaseUrl, max: 64 }) : undefined;
+pool?.on('error', (err) => console.error(`floor-server: pool: ${err.message}`));
+if (pool) {
+  await pool.query('drop table if exists bench_floor_events');
+  await pool.query('create table bench_floor_events (stream text not null, data json not null)');
+}
+const INSERT = {
+  name: 'floor-insert',
+  text: 'insert into bench_floor_events (stream, data) values ($1, $2)',
+};
 const byStream = new Map<string, Set<ServerResponse>>();
 let seq = 0;
 
@@ -46,6 +64,7 @@ app.post<{ Params: { stream: string }; Body: { type?: string; data: unknown } }>
   '/v1/streams/:stream/events',
   async (request, reply) => {
     const { stream } = request.params;
+    if (pool) await pool.query({ ...INSERT, values: [stream, JSON.stringify(request.body.data)] });
     const id = String(++seq);
     const subs = byStream.get(stream);
     if (subs !== undefined) {
@@ -89,7 +108,10 @@ await app.listen({ port, host: '127.0.0.1' });
 console.error(`floor-server: listening on 127.0.0.1:${port}`);
 
 const shutdown = () => {
-  void app.close().finally(() => process.exit(0));
+  void app
+    .close()
+    .then(() => pool?.end())
+    .finally(() => process.exit(0));
 };
 process.on('SIGTERM', shutdown);
 process.on('SIGINT', shutdown);

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import type { Ctx } from '../lib/context.ts';
 import { log } from '../lib/context.ts';
 import { deliveryCells, problemsOf, runDelivery, waitForTailer } from '../lib/delivery-run.ts';
-import { FLOOR_NAME } from '../lib/peers.ts';
+import { FLOOR_COMMIT_NAME, FLOOR_NAME } from '../lib/peers.ts';
 import { fmtMs, fmtNum, type Table } from '../lib/report.ts';
 import { treeCpuSeconds as cpuSeconds } from '../lib/sys.ts';
 import type { Target } from '../lib/targets.ts';
@@ -55,6 +55,7 @@ function systemsOf(ctx: Ctx, subStreams: string[], table: Table): System[] {
   });
   if (ctx.commitfeed) list.push(sse(CF_NAME, ctx.commitfeed));
   if (ctx.floor && opts.peers.includes('floor')) list.push(sse(FLOOR_NAME, ctx.floor));
+  if (ctx.floorCommit) list.push(sse(FLOOR_COMMIT_NAME, ctx.floorCommit));
   if (ctx.naive && opts.peers.includes('naive'))
     list.push(sse('naive tx+notify, 50 ms polling SSE', ctx.naive));
   if (opts.peers.includes('nats')) {
@@ -112,6 +113,10 @@ export async function scenario3(ctx: Ctx): Promise<void> {
   if (ctx.floor && opts.peers.includes('floor'))
     table.notes.push(
       "The floor (bench/peers/floor-server.ts) is a Fastify server whose POST writes the event's frame to that stream's open SSE responses and answers 201: no database, no history, no resume, no backpressure. It is driven by the same publisher and subscriber processes as commitfeed.",
+    );
+  if (ctx.floorCommit)
+    table.notes.push(
+      'The durable floor (the same server with FLOOR_DATABASE_URL) writes each event first, one autocommit insert into an unindexed table per request from a bare pg pool, and fans out when it returns: the WAL flush a publish must wait for, nothing else (no grouping, notify, order or read).',
     );
   if (!(await ctx.ensureCommitfeed(3))) table.notes.push('commitfeed: not running, skipped');
   const systems = systemsOf(ctx, subStreams, table);
@@ -216,6 +221,14 @@ function compare(ctx: Ctx, table: Table, results: Map<string, Round[]>, afterBur
   const floorRounds = results.get(FLOOR_NAME);
   const when = afterBurst ? ' (right after the batch burst)' : '';
   const lost = cfRounds?.reduce((n, r) => n + r.sub.missing + r.sub.duplicates, 0) ?? 0;
+  const durable = results.get(FLOOR_COMMIT_NAME);
+  if (cfRounds && durable) {
+    const [cf, dc] = [best(cfRounds), best(durable)];
+    table.notes.push(
+      `commitfeed against the durable floor: p50 ${fmtMs(cf.p50)} vs ${fmtMs(dc.p50)} ms (+${fmtMs(cf.p50 - dc.p50)} ms), ` +
+        `p99 ${fmtMs(cf.p99)} vs ${fmtMs(dc.p99)} ms (${(cf.p99 / dc.p99).toFixed(2)}×).`,
+    );
+  }
   if (cfRounds && floorRounds) {
     const cf = best(cfRounds);
     const fl = best(floorRounds);
