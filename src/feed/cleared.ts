@@ -50,6 +50,23 @@ export class ClearedCommits {
   private tailWhole = false;
   /** Commits handed on from here. */
   handedOn = 0;
+  private due = false;
+  private mayRead = false;
+
+  /** Calls `handOn` once, next turn, for all the answers added before it runs; `mayRead`: false while
+   * every commit that asked had a statement of this process in flight beside it (each of those calls
+   * this again when it commits; one that fails asks for a read itself). */
+  later(othersInFlight: boolean, handOn: (mayRead: boolean) => void): void {
+    this.mayRead ||= !othersInFlight;
+    if (this.due) return;
+    this.due = true;
+    setImmediate(() => {
+      const mayRead = this.mayRead;
+      this.due = false;
+      this.mayRead = false;
+      handOn(mayRead);
+    });
+  }
 
   /** Keeps an answer until it is handed on or passed (none kept when `tail` is past it already). */
   add(answer: ClearAnswer, tail: Cursor): void {

@@ -171,16 +171,20 @@ export class Tailer implements LiveTail {
     return { after: this.window.tail, txids: own.txids(), floor: floorParams(this.floor.floor) };
   }
 
-  /** After a group commit, with its probe: its events go to the hub now, from memory, when its answer
-   * allows (cleared.ts); they wait for `othersInFlight` (this process's statements still committing:
-   * each calls this again) or for the read in flight (its page first). Otherwise a read. */
+  /** After a group commit, with its probe: its events go to the hub from memory, next turn, when its
+   * answer allows (cleared.ts); they wait for `othersInFlight` (this process's statements still
+   * committing: each calls this again) or for the read in flight (its page first). Otherwise a read. */
   committed(probe: ClearProbe | undefined, othersInFlight: boolean): void {
-    if (probe?.answer !== undefined && !this.stopped) {
-      this.cleared.add(probe.answer, this.window.tail);
-      if (this.handOnCleared() || this.running || othersInFlight) return;
+    if (probe?.answer === undefined || this.stopped) {
+      this.stats.commitWakes++;
+      this.wake();
+      return;
     }
-    this.stats.commitWakes++;
-    this.wake();
+    this.cleared.add(probe.answer, this.window.tail);
+    // Next turn: the commit's publishers get their answers first, without waiting for the fan-out.
+    this.cleared.later(othersInFlight, (mayRead) => {
+      if (!this.handOnCleared() && !this.running && mayRead) this.committed(undefined, false);
+    });
   }
 
   /** Hands on what the answered commits allow; true when none is left waiting. */
