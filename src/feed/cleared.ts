@@ -33,7 +33,8 @@ export interface ClearProbe {
   txids: string[];
   /** The tail floor as the statement's parameters (readTail's floorParams). */
   floor: [string, string];
-  /** Unset when too many transactions stand before the statement (the tailer reads instead). */
+  /** Unset, and the tailer reads instead, when the statement could not tell (too many transactions to
+   * look at, a trim mark past the position) or its events were not held. */
   answer?: ClearAnswer;
 }
 

@@ -208,7 +208,7 @@ export class Tailer implements LiveTail {
     try {
       this.opts.onEvents(events);
     } catch (err) {
-      // A failing subscriber fails neither the read nor, handed on from memory, the group commit.
+      // A failing subscriber fails neither the read nor the process (a hand-on runs in its own turn).
       this.opts.log.warn({ err: (err as Error).message }, 'handing events on failed');
     }
   }
