@@ -212,7 +212,10 @@ t.test('queue metrics: depth by state from the tables, activity counted exactly'
 
   const byPayload = new Map<unknown, Claimed>();
   for (const j of await claim(base, q, { max: 2, lease: 30 })) byPayload.set(j.payload, j);
-  for (const j of await claim(base, q, { max: 2, lease: 0.2 })) byPayload.set(j.payload, j);
+  // c and d: leases long enough to outlast the scrapes below on a loaded machine (0.2 s did not in
+  // one CI run: they counted as expired at the first scrape), waited out further down.
+  for (const j of await claim(base, q, { max: 2, lease: 2 })) byPayload.set(j.payload, j);
+  const shortLeaseUntil = Date.now() + 2000; // after the server's own lease end (set before it answered)
   t.same([...byPayload.keys()], ['a', 'b', 'c', 'd'], 'claimed in priority order');
   text = await scrape(base);
   t.equal(count(text, 'commitfeed_queue_jobs_claimed_total'), 4);
@@ -235,7 +238,7 @@ t.test('queue metrics: depth by state from the tables, activity counted exactly'
 
   // c and d's leases run out; the next claim releases both (c dead, d ready) in the statement that
   // takes k (d is claimable from the next statement on).
-  await sleep(300);
+  await sleep(Math.max(0, shortLeaseUntil - Date.now()) + 100);
   const [k, ...none] = await claim(base, q, { max: 1, lease: 30 });
   t.same(none, []);
   t.equal(k.payload, 'k');
