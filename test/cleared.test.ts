@@ -107,37 +107,53 @@ t.test('tail_clear names the transactions that stand before a statement', async 
   t.equal((await ask(asker, at)).needs, null, 'a trim mark past the position: null');
 });
 
+/** A tailer on a fresh test database whose hub is `onEvents`; someone waits (idle false), and no timer
+ * reads during the test. `held`: what own-writes keeps. */
+async function startTailer(
+  t: { teardown(fn: () => unknown): void },
+  held: number,
+  onEvents: (e: readonly FeedEvent[]) => void,
+) {
+  const { db } = createDatabase({ url: await testDatabase(t), poolSize: 4, statementTimeoutMs: 5000, log });
+  t.teardown(() => db.destroy());
+  const own = new OwnWrites(held);
+  const tailer = new Tailer(db, {
+    pageSize: 100,
+    windowEvents: 1000,
+    pollIntervalMs: 600_000,
+    log,
+    own,
+    idle: () => false,
+    onEvents,
+  });
+  await tailer.start();
+  t.teardown(() => tailer.stop());
+  /** One group commit as the feed's batcher makes it: the tailer's question asked, the answer handed back. */
+  const commit = async (events: CheckedEventInput[]) => {
+    const probe = tailer.clearProbe()!;
+    await appendCheckedEvents(db, events, own, probe);
+    tailer.committed(probe, false);
+    return probe;
+  };
+  return { db, own, tailer, commit };
+}
+
 t.test(
   'events own-writes did not keep are read, never handed on; a failing subscriber fails no commit',
   async (t) => {
-    const { db } = createDatabase({ url: await testDatabase(t), poolSize: 4, statementTimeoutMs: 5000, log });
-    t.teardown(() => db.destroy());
-    const own = new OwnWrites(2);
     const got: FeedEvent[] = [];
     let failNext = false;
-    const tailer = new Tailer(db, {
-      pageSize: 100,
-      windowEvents: 1000,
-      pollIntervalMs: 600_000,
-      log,
-      own,
-      idle: () => false,
-      onEvents: (e) => {
-        if (failNext) {
-          failNext = false;
-          throw new Error('a subscriber failed');
-        }
-        got.push(...e);
-      },
+    const { tailer, commit } = await startTailer(t, 2, (e) => {
+      if (failNext) {
+        failNext = false;
+        throw new Error('a subscriber failed');
+      }
+      got.push(...e);
     });
-    await tailer.start();
-    t.teardown(() => tailer.stop());
 
     // Three events: more than own-writes keeps, so no answer, and a read brings them.
-    const big = tailer.clearProbe()!;
-    await appendCheckedEvents(db, [ev('k', 1), ev('k', 2), ev('k', 3)], own, big);
+    const big = await commit([ev('k', 1), ev('k', 2), ev('k', 3)]);
     t.equal(big.answer, undefined, 'no answer for events that were not kept');
-    tailer.committed(big, false);
     await tailer.settled(5000);
     await until(() => got.length === 3, 10_000, 'the read to bring the three events');
     t.equal(tailer.cleared.handedOn, 0, 'nothing handed on');
@@ -147,19 +163,15 @@ t.test(
     let handed = false;
     for (let attempt = 1; attempt <= 10 && !handed; attempt++) {
       const before = tailer.cleared.handedOn;
-      const probe = tailer.clearProbe()!;
-      await appendCheckedEvents(db, [ev('k', 10 + attempt)], own, probe);
       failNext = true;
-      tailer.committed(probe, false);
+      await commit([ev('k', 10 + attempt)]);
       await nextTurn();
       handed = tailer.cleared.handedOn > before;
       failNext = false;
       await tailer.settled(5000);
     }
     t.ok(handed, 'a commit was handed on while the hub threw');
-    const probe = tailer.clearProbe()!;
-    await appendCheckedEvents(db, [ev('k', 99)], own, probe);
-    tailer.committed(probe, false);
+    await commit([ev('k', 99)]);
     await tailer.settled(5000);
     await until(() => got.some((e) => JSON.parse(e.data).n === 99), 10_000, 'the next commit to arrive');
     t.pass('later commits still arrive');
@@ -169,22 +181,8 @@ t.test(
 t.test(
   'a commit waiting for a lower statement of this process is handed on with it, in order, without a read',
   async (t) => {
-    const { db } = createDatabase({ url: await testDatabase(t), poolSize: 4, statementTimeoutMs: 5000, log });
-    t.teardown(() => db.destroy());
-    const own = new OwnWrites(1000);
     const got: FeedEvent[] = [];
-    // Someone waits (idle false), and no timer reads during the test.
-    const tailer = new Tailer(db, {
-      pageSize: 100,
-      windowEvents: 1000,
-      pollIntervalMs: 600_000,
-      log,
-      own,
-      idle: () => false,
-      onEvents: (e) => got.push(...e),
-    });
-    await tailer.start();
-    t.teardown(() => tailer.stop());
+    const { db, own, tailer } = await startTailer(t, 1000, (e) => got.push(...e));
 
     // Another session's transaction running at the second statement's snapshot would be named too and
     // make that attempt read instead; the attempts go on until one shows the hand-on alone.
