@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { benchFile, type Server } from './lib/context.ts';
+import { parseEnvList } from './lib/options.ts';
 import { startFloor } from './lib/peers.ts';
 import { spawnNode, stop, waitForHttp, Worker } from './lib/proc.ts';
 import { cpuSeconds } from './lib/sys.ts';
@@ -33,11 +34,7 @@ const { values: v } = parseArgs({
 const dirs = v.dirs!.split(',');
 const base = Number(v.port);
 if (!/^[a-z_][a-z0-9_]*$/.test(v.db!)) throw new Error('--db: a plain identifier');
-const extraEnv = Object.fromEntries(
-  v['server-env']!.split(',')
-    .filter(Boolean)
-    .map((kv) => kv.split('=') as [string, string]),
-);
+const extraEnv = parseEnvList(v['server-env']!, ',');
 const body = JSON.stringify({ type: 'bench', data: { n: 1, msg: 'hello, world' } });
 const logDir = benchFile('.logs');
 

@@ -14,6 +14,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { parseEnvList } from './lib/options.ts';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
@@ -56,12 +57,7 @@ function startServer(root: string, databaseUrl: string): Promise<ChildProcess> {
       DATABASE_URL: databaseUrl,
       LOG_LEVEL: 'warn',
       SELF_CHECK_INTERVAL: '0',
-      ...Object.fromEntries(
-        (process.env.SLOW_ENV ?? '')
-          .split(' ')
-          .filter(Boolean)
-          .map((kv) => kv.split('=')),
-      ),
+      ...parseEnvList(process.env.SLOW_ENV ?? '', ' '),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

@@ -49,6 +49,18 @@ const HELP = `npm run bench -- [flags]
   --no-write              print tables only; leave RESULTS.md and the plot alone
 `;
 
+/** `K=V` pairs separated by `sep` (--server-env): each value runs to the next separator, `=` included
+ * (`NODE_OPTIONS=--import=./x.mjs`). */
+export function parseEnvList(list: string, sep: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const kv of list.split(sep).filter(Boolean)) {
+    const i = kv.indexOf('=');
+    if (i < 1) throw new Error(`not K=V: ${kv}`);
+    env[kv.slice(0, i)] = kv.slice(i + 1);
+  }
+  return env;
+}
+
 export function parseOptions(argv: string[]): Options {
   const { values: v } = parseArgs({
     args: argv,
@@ -105,11 +117,7 @@ export function parseOptions(argv: string[]): Options {
     s === undefined ? (q ? quick : full) : s.split(',').map((x) => num(x, 0));
   const preload = v.preload ?? 'http';
   if (preload !== 'http' && preload !== 'sql') throw new Error('--preload is http or sql');
-  const serverEnv: Record<string, string> = {};
-  for (const kv of (v['server-env'] ?? '').split(',').filter(Boolean)) {
-    const i = kv.indexOf('=');
-    serverEnv[kv.slice(0, i)] = kv.slice(i + 1);
-  }
+  const serverEnv = parseEnvList(v['server-env'] ?? '', ',');
   const db = v.db ?? 'commitfeed_bench';
   if (!/^[a-z_][a-z0-9_]*$/.test(db)) throw new Error('--db must be a plain lower-case identifier');
   return {
