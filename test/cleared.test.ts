@@ -3,8 +3,8 @@
 // rows that the tailer lacks. Checked: commitfeed.tail_clear's answers (a lower transaction still
 // open, another's committed rows past the tailer, held transactions, the cap); the tailer handing
 // on a commit that waited for this process's own lower statement, in order and with no read; a row
-// committed elsewhere and not yet read coming first; and concurrent publishes beside SQL publishes,
-// delivered once each in table order.
+// committed elsewhere and not yet read coming first; concurrent publishes beside SQL publishes,
+// delivered once each in table order; and a prepared (two-phase) transaction below later commits.
 import { sql } from 'kysely';
 import t from 'tap';
 import { createDatabase } from '../src/db/database.ts';
@@ -303,6 +303,82 @@ t.test(
     t.ok(
       server.feed.tailer.cleared.handedOn > 0,
       `commits handed on from memory: ${server.feed.tailer.cleared.handedOn}`,
+    );
+  },
+);
+
+t.test(
+  'a prepared (two-phase) transaction holds delivery back until it is committed or rolled back; nothing is lost or repeated',
+  async (t) => {
+    const url = await testDatabase(t);
+    const other = await pgClient(t, url);
+    const { rows: setting } = await other.query<{ n: number }>(
+      "select current_setting('max_prepared_transactions')::int as n",
+    );
+    if (setting[0].n === 0) {
+      // npm test's embedded cluster allows it (test/run.ts); a shared server may not.
+      t.plan(0, 'skipped: max_prepared_transactions is 0 on this server');
+      return;
+    }
+    const server = await startTestServer(t, url);
+    const sse = await openSse(t, `${server.url}/v1/streams/p/events`);
+    const tailer = server.feed.tailer;
+    const gids = [`cf_cleared_${process.pid}_a`, `cf_cleared_${process.pid}_b`];
+    // A prepared transaction outlives its session and holds back every feed of the cluster: never left behind.
+    t.teardown(async () => {
+      for (const gid of gids) {
+        const { rowCount } = await other.query('select 1 from pg_prepared_xacts where gid = $1', [gid]);
+        if (rowCount) await other.query(`rollback prepared '${gid}'`);
+      }
+    });
+    // PostgreSQL refuses to prepare a transaction that notified: the publisher turns the wake-up off.
+    const prepare = async (gid: string, n: number, wakeUp = false) => {
+      await other.query('begin');
+      if (!wakeUp) await other.query('set local commitfeed.notify = off');
+      await other.query('select commitfeed.publish($1, $2::jsonb)', ['p', JSON.stringify({ n })]);
+      await other.query(`prepare transaction '${gid}'`);
+    };
+    await t.rejects(prepare(gids[0], -1, true), { code: '0A000' }, 'with the wake-up on, PREPARE is refused');
+    await other.query('rollback');
+    const published = async (from: number, count: number) => {
+      for (let n = from; n < from + count; n++) {
+        t.equal((await publish(server.url, 'p', { data: { n } })).status, 201, `publish ${n} answered`);
+      }
+    };
+
+    await prepare(gids[0], 0);
+    const handed = tailer.cleared.handedOn;
+    const reads = tailer.stats.reads;
+    await published(1, 3);
+    // A read after the three commits has ended, and still nothing has gone out past the prepared one.
+    await until(() => tailer.stats.reads > reads, 10_000, 'the tailer to read after the commits');
+    await tailer.settled(2000);
+    t.equal(sse.received.length, 0, 'nothing delivered while a lower transaction is prepared');
+    t.equal(tailer.cleared.handedOn, handed, 'no commit handed on past it');
+
+    await other.query(`commit prepared '${gids[0]}'`);
+    const frames = await sse.waitFor(4, 10_000);
+    t.same(
+      frames.map((f) => JSON.parse(f.data!).n),
+      [0, 1, 2, 3],
+      'once committed, its event first, then the later commits',
+    );
+
+    // Rolled back instead: the later commits go out, and its event never does.
+    await prepare(gids[1], 100);
+    await published(4, 2);
+    await other.query(`rollback prepared '${gids[1]}'`);
+    const after = await sse.waitFor(6, 10_000);
+    t.same(
+      after.map((f) => JSON.parse(f.data!).n),
+      [0, 1, 2, 3, 4, 5],
+      'after a rollback, the later commits only',
+    );
+    await tailer.settled(2000);
+    t.same(
+      sse.received.map((f) => f.id),
+      (await feedRows(server.feed.db)).map((r) => r.cursor),
+      'the SSE order is the table order, each event once',
     );
   },
 );

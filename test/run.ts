@@ -37,7 +37,13 @@ if (!process.env.DATABASE_URL) {
   process.stderr.write(`starting embedded PostgreSQL for tests on port ${TEST_PG_PORT}\n`);
   // Under the system temp folder: a checkout may sit where the `postgres` user cannot reach.
   const dir = path.join(os.tmpdir(), `commitfeed-test-pg-${TEST_PG_PORT}`);
-  const pg = await startEmbeddedPostgres({ dir, port: TEST_PG_PORT, fresh: true });
+  // Two-phase commit on, for the test of a prepared transaction before the tail (cleared.test.ts).
+  const pg = await startEmbeddedPostgres({
+    dir,
+    port: TEST_PG_PORT,
+    fresh: true,
+    settings: ['max_prepared_transactions=4'],
+  });
   process.env.DATABASE_URL = pg.url;
   stop = pg.stop;
 }

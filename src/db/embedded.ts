@@ -24,6 +24,8 @@ export interface EmbeddedOptions {
   port: number;
   /** Start from an empty cluster (tests). */
   fresh?: boolean;
+  /** More server settings, `name=value` (the test run allows two-phase commit). */
+  settings?: string[];
   log?: (line: string) => void;
 }
 
@@ -41,7 +43,11 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     persistent: true,
     createPostgresUser: isRoot,
     // Local sockets go to the data folder: the default /var/run/postgresql may belong to a system server.
-    postgresFlags: ['-k', dir, '-c', 'max_connections=400', '-c', 'fsync=on'],
+    postgresFlags: [
+      '-k',
+      dir,
+      ...['max_connections=400', 'fsync=on', ...(opts.settings ?? [])].flatMap((s) => ['-c', s]),
+    ],
     onLog: (m: string) => log(m.trimEnd()),
     onError: (m: unknown) => log(String(m).trimEnd()),
   });

@@ -21,6 +21,7 @@ const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.ur
 const SQL_DIR = fileURLToPath(new URL('../sql/', import.meta.url));
 /** Applied in this order: each function only calls those before it. */
 export const SQL_FUNCTIONS = [
+  'notify-feed',
   'invalid-name',
   'refuse-invalid',
   'append-plain',

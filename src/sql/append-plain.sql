@@ -64,6 +64,6 @@ begin
     return query
       select pg_current_xact_id()::text, array_to_string(new_ids, ','), extract(epoch from at)::float8 * 1000;
   end if;
-  perform pg_notify('commitfeed_feed', '');
+  perform commitfeed.notify_feed();
 end
 $fn$;

@@ -61,7 +61,7 @@ begin
   into pre, repeat, inserted;
 
   if cardinality(inserted) > 0 then
-    perform pg_notify('commitfeed_feed', '');
+    perform commitfeed.notify_feed();
     tx := pg_current_xact_id()::text;
   end if;
   if cardinality(inserted) = cardinality(pre) - (select count(*) from unnest(repeat) r where r) then
