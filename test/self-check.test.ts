@@ -63,9 +63,10 @@ t.test(
     const url = await testDatabase(t);
     // Nothing is stalled here, so a long bound costs no time, and a loaded machine's slow first
     // commit (a new pool connection) is no miss.
-    const a = await startTestServer(t, url, { ...ON, selfCheckBoundMs: 2000 });
-    // B reads the tail only when woken (no poll within the test), so its reads count its wakes.
+    // B reads the tail only when woken (no poll within the test), so its reads count its wakes. It
+    // starts first, listening before A writes its first marker: B hears every one of them.
     const b = await startTestServer(t, url, { pollIntervalMs: 60_000 });
+    const a = await startTestServer(t, url, { ...ON, selfCheckBoundMs: 2000 });
     t.equal((await publish(a.url, 'orders', { data: { n: 1 } })).status, 201);
     const glob = await openSse(t, `${b.url}/v1/events?stream=*&from=earliest`);
     const globHere = await openSse(t, `${a.url}/v1/events?stream=*&from=earliest`);
