@@ -46,7 +46,11 @@ t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0',
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ data: 'in-flight', key: 'k' }),
-  }).then(async (r) => ({ status: r.status, body: (await r.json()) as { id: string; duplicate: boolean } }));
+  }).then(async (r) => ({
+    status: r.status,
+    connection: r.headers.get('connection'),
+    body: (await r.json()) as { id: string; duplicate: boolean },
+  }));
   // Certainly in flight: its statement is waiting for our lock.
   await until(
     async () => {
@@ -103,6 +107,7 @@ t.test('SIGTERM: retry hint to SSE clients, in-flight publish finished, exit 0',
   const done = await inFlight;
   t.equal(done.status, 201, 'the in-flight publish completed');
   t.equal(done.body.duplicate, false);
+  t.equal(done.connection, 'close', 'its answer closes the connection: the server is going');
   t.equal(await exited, 0, 'then the process exited 0');
 
   const rows = await feedRows(db);

@@ -12,7 +12,7 @@
  * and dropped with its connection.
  */
 import type { ServerResponse } from 'node:http';
-import net from 'node:net';
+import net, { type Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { RETRY_AFTER_S } from '../errors.ts';
 import { errorBody } from './errors.ts';
@@ -23,14 +23,27 @@ const DRAIN_MAX_MS = 10_000;
 
 export function installDrain(app: FastifyInstance, opts: { retryMs: number; release: () => void }): void {
   let shuttingDown = false;
-  /** The answers of the requests in flight (SSE streams too), until their response closes. */
-  const inFlight = new Set<ServerResponse>();
+  /** Requests in flight (SSE streams too), until their response closes. */
+  let inFlight = 0;
+  /** Each open connection that has carried a request → its latest answer while that is in flight
+   * (null between requests). Keyed by connection, not by answer: a Set of answers adds and deletes
+   * an entry per request, and V8 rebuilds a hash table with that churn every few dozen requests; an
+   * obsolete table still points at the answers it held and at the next table, so once one is old
+   * enough to be promoted, the whole chain and every answer in it (request, response, body, socket
+   * buffers) is promoted at each young collection until the next full one: ~2 KB per publish
+   * (bench/RESULTS.md, "Promoted garbage"). Here a request only overwrites its connection's value. */
+  const answers = new Map<Socket, ServerResponse | null>();
   let idle: (() => void) | undefined;
   // One listener function for every response (`this` is the response), not a closure and a `once`
   // wrapper per request: this runs on every request.
   function closed(this: ServerResponse): void {
-    inFlight.delete(this);
-    if (inFlight.size === 0) idle?.();
+    inFlight--;
+    const socket = this.req.socket;
+    if (answers.get(socket) === this) answers.set(socket, null);
+    if (inFlight === 0) idle?.();
+  }
+  function connectionClosed(this: Socket): void {
+    answers.delete(this);
   }
   // Callback hooks, not async ones: they run on every request, and an async hook costs a promise
   // and a microtask turn each time.
@@ -58,7 +71,10 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
         );
       return;
     }
-    inFlight.add(reply.raw);
+    const socket = request.raw.socket;
+    if (!answers.has(socket)) socket.once('close', connectionClosed);
+    answers.set(socket, reply.raw);
+    inFlight++;
     // A response emits 'close' once.
     reply.raw.on('close', closed);
     done();
@@ -76,16 +92,15 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
     if (app.server.listening) net.Server.prototype.close.call(app.server);
     // The answers still to come close their connection (no onSend hook on every request for it):
     // Node sends `connection: close` for a response that is not kept alive.
-    for (const res of inFlight) if (!res.headersSent) res.shouldKeepAlive = false;
+    for (const res of answers.values()) if (res !== null && !res.headersSent) res.shouldKeepAlive = false;
     opts.release();
     endSseStreams(app, opts.retryMs);
-    if (inFlight.size > 0) {
+    if (inFlight > 0) {
       await new Promise<void>((resolve) => {
         idle = resolve;
         setTimeout(resolve, DRAIN_MAX_MS).unref();
       });
-      if (inFlight.size > 0)
-        app.log.warn({ inFlight: inFlight.size }, 'shutdown: requests still in flight after the drain wait');
+      if (inFlight > 0) app.log.warn({ inFlight }, 'shutdown: requests still in flight after the drain wait');
     }
   });
 }
