@@ -13,13 +13,36 @@
  */
 import type { ServerResponse } from 'node:http';
 import net, { type Socket } from 'node:net';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { RETRY_AFTER_S } from '../errors.ts';
 import { errorBody } from './errors.ts';
 import { endSseStreams } from './sse.ts';
 
 /** Longest wait at shutdown for requests in flight to be answered before connections are dropped. */
 const DRAIN_MAX_MS = 10_000;
+
+/** A request that reached a server on its way down. */
+function refuse(request: FastifyRequest, reply: FastifyReply): void {
+  // An EventSource takes any answer but 200 as final and never reconnects, where a dropped
+  // connection it retries (after `retry:`, with Last-Event-ID): a stream request that reached a
+  // kept-alive socket of a server on its way down (the browser reconnecting after the retry
+  // hint) is dropped, not refused.
+  if (request.headers.accept?.includes('text/event-stream')) {
+    reply.hijack();
+    request.raw.socket.destroy();
+    return;
+  }
+  reply.header('retry-after', String(RETRY_AFTER_S)).header('connection', 'close');
+  reply
+    .code(503)
+    .send(
+      errorBody(
+        503,
+        'shutting_down',
+        'this server is shutting down; retry (another replica, or here after restart)',
+      ),
+    );
+}
 
 export function installDrain(app: FastifyInstance, opts: { retryMs: number; release: () => void }): void {
   let shuttingDown = false;
@@ -49,26 +72,8 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
   // and a microtask turn each time.
   app.addHook('onRequest', (request, reply, done) => {
     if (shuttingDown) {
-      // An EventSource takes any answer but 200 as final and never reconnects, where a dropped
-      // connection it retries (after `retry:`, with Last-Event-ID): a stream request that reached a
-      // kept-alive socket of a server on its way down (the browser reconnecting after the retry
-      // hint) is dropped, not refused.
-      if (request.headers.accept?.includes('text/event-stream')) {
-        reply.hijack();
-        request.raw.socket.destroy();
-        return;
-      }
-      reply.header('retry-after', String(RETRY_AFTER_S)).header('connection', 'close');
-      // Answered here: `done` is not called, so the request goes no further.
-      reply
-        .code(503)
-        .send(
-          errorBody(
-            503,
-            'shutting_down',
-            'this server is shutting down; retry (another replica, or here after restart)',
-          ),
-        );
+      // Answered or dropped here: `done` is not called, so the request goes no further.
+      refuse(request, reply);
       return;
     }
     const socket = request.raw.socket;
