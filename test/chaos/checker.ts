@@ -73,6 +73,8 @@ export interface ChaosResult {
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** Faults a run injects however slow the machine (test/chaos.test.ts asks for this many). */
+export const MIN_FAULTS = 3;
 
 /** Deterministic PRNG (mulberry32): the same seed gives the same choices (timing still varies). */
 function rng(seed: number) {
@@ -560,6 +562,11 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       });
     const t0 = Date.now();
     const until = t0 + opts.durationS * 1000;
+    // The writers go on until the faults are over and 3 s more (the last outage heals), and at least
+    // until `until`. A fault takes longer on a loaded machine (a PostgreSQL restart waits for every
+    // replica to be ready): the faults then go on past their window until MIN_FAULTS were injected,
+    // so that a slow run still tests something, bounded by three times the duration.
+    let writeUntil = Number.POSITIVE_INFINITY;
     const wr = (i: number) => rng(opts.seed * 1000 + i);
     let wn = 0;
     for (let i = 0; i < 6; i++) {
@@ -568,7 +575,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       writerTasks.push(
         guard(
           (async () => {
-            while (Date.now() < until && !fatal) {
+            while (Date.now() < writeUntil && !fatal) {
               await publishHttp(name, rr, i % 3 === 2);
               await sleep(rr.int(0, 40));
             }
@@ -583,7 +590,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       writerTasks.push(
         guard(
           (async () => {
-            while (Date.now() < until) {
+            while (Date.now() < writeUntil) {
               if (pgDown) {
                 await sleep(50);
                 continue;
@@ -609,7 +616,8 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     let deck: string[] = [];
     const faults = (async () => {
       await sleep(1000);
-      while (Date.now() < faultUntil) {
+      const lastChance = t0 + 3 * opts.durationS * 1000;
+      while (Date.now() < faultUntil || (counts.faults < MIN_FAULTS && Date.now() < lastChance)) {
         // Every kind once per round, in a seeded order: a short run still sees each of them.
         if (deck.length === 0) {
           deck = [...kinds].sort(() => fr.next() - 0.5);
@@ -686,7 +694,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
         }
         await sleep(fr.int(300, 1500));
       }
-    })();
+    })().finally(() => {
+      writeUntil = Math.max(until, Date.now() + 3000);
+    });
 
     await faults;
     await Promise.all(writerTasks);
