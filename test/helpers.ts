@@ -251,7 +251,8 @@ export async function openSse(t: T, url: string, headers: Record<string, string>
     },
   };
   t.teardown(() => abort.abort());
-  if (res.status === 200) await primedP;
+  // Every stream starts with its primed id; one that never comes fails here, loudly, not at tap's timeout.
+  if (res.status === 200) await within(primedP, 20_000, `the primed id of ${url}`);
   return reader;
 }
 
