@@ -5,9 +5,11 @@
 // --conns for --sec seconds each, scenario 1's body. Each turn: the server's utime + stime over the
 // turn ÷ the requests it answered. Alternating turns puts every system under the same spread of
 // machine load; the medians are the figures to compare.
+// --gc: every server also runs bench/lib/gc-stats.mjs, and each turn reports the bytes its young
+// collections promoted per request and their time per request (bench/RESULTS.md, "Promoted garbage").
 //
 //   npx tsx bench/cpu-ab.ts --dirs /tmp/before,/tmp/after --db wt_x_ab --port 3290 --rounds 5
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -29,6 +31,7 @@ const { values: v } = parseArgs({
     warm: { type: 'string', default: '8' },
     rounds: { type: 'string', default: '5' },
     'server-env': { type: 'string', default: '' },
+    gc: { type: 'boolean', default: false },
   },
 });
 const dirs = v.dirs!.split(',');
@@ -37,6 +40,33 @@ if (!/^[a-z_][a-z0-9_]*$/.test(v.db!)) throw new Error('--db: a plain identifier
 const extraEnv = parseEnvList(v['server-env']!, ',');
 const body = JSON.stringify({ type: 'bench', data: { n: 1, msg: 'hello, world' } });
 const logDir = benchFile('.logs');
+const gcFile = (name: string) => join(logDir, `gc-stats-${name}.json`);
+/** With --gc: the preload and where it writes, for the server `name`. */
+const gcExtra = (name: string): { env: Record<string, string>; nodeFlags: string[] } =>
+  v.gc
+    ? { env: { GC_STATS_FILE: gcFile(name) }, nodeFlags: ['--import', benchFile('lib/gc-stats.mjs')] }
+    : { env: {}, nodeFlags: [] };
+
+interface GcTotals {
+  seq: number;
+  scavenges: number;
+  scavengeUs: number;
+  promotedBytes: number;
+}
+
+/** The GC totals of a server started with gcExtra(name), as of now (asks it, waits for the write). */
+async function gcTotals(s: Server, name: string): Promise<GcTotals> {
+  const read = (): GcTotals | undefined =>
+    existsSync(gcFile(name)) ? (JSON.parse(readFileSync(gcFile(name), 'utf8')) as GcTotals) : undefined;
+  const before = read()?.seq ?? 0;
+  process.kill(s.cp.pid!, 'SIGUSR2');
+  for (let i = 0; i < 200; i++) {
+    await new Promise((r) => setTimeout(r, 25));
+    const now = read();
+    if (now !== undefined && now.seq > before) return now;
+  }
+  throw new Error(`${s.name}: no GC totals from gc-stats.mjs within 5 s`);
+}
 
 async function admin(sql: string): Promise<void> {
   const c = new pg.Client({ connectionString: 'postgres://postgres@127.0.0.1:5432/postgres' });
@@ -54,9 +84,12 @@ async function startCommitfeed(dir: string, i: number): Promise<Server> {
   await admin(`CREATE DATABASE ${db}`);
   const port = base + 1 + i;
   const log = join(logDir, `cpu-ab-${i}.log`);
+  const gc = gcExtra(String(i));
   const cp = spawnNode('src/main.ts', [], {
     cwd: dir,
+    nodeFlags: gc.nodeFlags,
     env: {
+      ...gc.env,
       PORT: String(port),
       HOST: '127.0.0.1',
       DATABASE_URL: `postgres://postgres@127.0.0.1:5432/${db}`,
@@ -79,7 +112,8 @@ async function groupSize(port: number): Promise<string> {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main(): Promise<void> {
-  const systems: Server[] = [await startFloor(base, logDir)];
+  const systems: Server[] = [await startFloor(base, logDir, undefined, gcExtra('floor'))];
+  const gcName = (j: number) => (j === 0 ? 'floor' : String(j - 1));
   systems[0].name = 'floor (bare Fastify)';
   for (const [i, dir] of dirs.entries()) systems.push(await startCommitfeed(dir, i));
   const loader = new Worker<unknown>(
@@ -88,33 +122,49 @@ async function main(): Promise<void> {
     {},
     { env: { BENCH_JOBS: '1' } },
   );
-  const turn = async (s: Server, sec: number) => {
+  const turn = async (s: Server, j: number, sec: number) => {
     const args: HttpLoadArgs = {
       url: `http://127.0.0.1:${s.port}/v1/streams/s1-publish/events`,
       body,
       connections: Number(v.conns),
       durationSec: sec,
     };
+    const gcA = v.gc ? await gcTotals(s, gcName(j)) : undefined;
     const a = cpuSeconds(s.cp.pid!);
     const r = await loader.run<HttpLoadResult>(args, sec * 1000 + 60_000);
     const b = cpuSeconds(s.cp.pid!);
+    const gcB = v.gc ? await gcTotals(s, gcName(j)) : undefined;
     if (r.non2xx + r.errors + r.timeouts > 0)
       console.log(`  ${s.name}: ${r.non2xx + r.errors + r.timeouts} failed`);
-    return { us: ((b - a) / Math.max(1, r.ok + r.non2xx)) * 1e6, rps: r.rps, p50: r.latency.p50 };
+    const n = Math.max(1, r.ok + r.non2xx);
+    const gc =
+      gcA && gcB
+        ? {
+            promoted: (gcB.promotedBytes - gcA.promotedBytes) / n,
+            scavengeUs: (gcB.scavengeUs - gcA.scavengeUs) / n,
+          }
+        : undefined;
+    return { us: ((b - a) / n) * 1e6, rps: r.rps, p50: r.latency.p50, gc };
   };
   try {
-    for (const s of systems) await turn(s, Number(v.warm));
+    for (const [j, s] of systems.entries()) await turn(s, j, Number(v.warm));
     const us = systems.map(() => [] as number[]);
     const rps = systems.map(() => [] as number[]);
     const p50 = systems.map(() => [] as number[]);
+    const promoted = systems.map(() => [] as number[]);
+    const scavengeUs = systems.map(() => [] as number[]);
     for (let round = 0; round < Number(v.rounds); round++) {
       const load = readFileSync('/proc/loadavg', 'utf8').split(' ')[0];
       const cells: string[] = [];
       // Each round starts one system later, so that no system always follows the same one.
       for (let n = 0; n < systems.length; n++) {
         const j = (round + n) % systems.length;
-        const t = await turn(systems[j], Number(v.sec));
+        const t = await turn(systems[j], j, Number(v.sec));
         us[j][round] = t.us;
+        if (t.gc) {
+          promoted[j][round] = t.gc.promoted;
+          scavengeUs[j][round] = t.gc.scavengeUs;
+        }
         rps[j][round] = t.rps;
         p50[j][round] = t.p50;
       }
@@ -150,7 +200,11 @@ async function main(): Promise<void> {
       console.log(
         `${s.name}: median ${m.toFixed(1)} µs/req (${us[j].map((x) => x.toFixed(1)).join(', ')}), ` +
           `${Math.round(median(rps[j]))} req/s, p50 ${median(p50[j])} ms, ${(m / floor).toFixed(2)}× the floor` +
-          (j === 0 ? '' : `, ${await groupSize(s.port)} events per group commit`),
+          (j === 0 ? '' : `, ${await groupSize(s.port)} events per group commit`) +
+          (v.gc
+            ? `; young GC per request: ${Math.round(median(promoted[j]))} B promoted, ` +
+              `${median(scavengeUs[j]).toFixed(2)} µs (${promoted[j].map((x) => Math.round(x)).join(', ')} B)`
+            : ''),
       );
     }
   } finally {

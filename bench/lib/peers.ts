@@ -15,15 +15,26 @@ export const FLOOR_NAME = 'floor: Fastify + SSE, no database';
 export const FLOOR_COMMIT_NAME = 'floor + commit: one insert per publish';
 
 /** Starts the floor peer (bench/peers/floor-server.ts) on `port`; with `databaseUrl`, the durable
- * floor (peer `floor-commit`), which writes each event to that database before fanning it out. */
-export async function startFloor(port: number, logDir: string, databaseUrl?: string): Promise<Server> {
+ * floor (peer `floor-commit`), which writes each event to that database before fanning it out.
+ * `extra`: more environment and node flags (a preload, as cpu-ab's --gc). */
+export async function startFloor(
+  port: number,
+  logDir: string,
+  databaseUrl?: string,
+  extra: { env?: Record<string, string>; nodeFlags?: string[] } = {},
+): Promise<Server> {
   const name = databaseUrl ? 'floor-commit' : 'floor';
   const log = join(logDir, `${name}.log`);
   const env: Record<string, string> = {
     PORT: String(port),
     ...(databaseUrl ? { FLOOR_DATABASE_URL: databaseUrl } : {}),
+    ...extra.env,
   };
-  const cp = spawnNode(benchFile('peers/floor-server.ts'), [], { env, logFile: log });
+  const cp = spawnNode(benchFile('peers/floor-server.ts'), [], {
+    env,
+    logFile: log,
+    nodeFlags: extra.nodeFlags,
+  });
   await waitForHttp(`http://127.0.0.1:${port}/readyz`, cp, 30_000);
   return { name, port, cp, log };
 }
