@@ -203,10 +203,11 @@ export interface SseReader {
 /** Opens an SSE stream and collects its messages in the background; closed at teardown. */
 export async function openSse(t: T, url: string, headers: Record<string, string> = {}): Promise<SseReader> {
   const abort = new AbortController();
-  const res = await fetch(url, {
-    headers: { accept: 'text/event-stream', ...headers },
-    signal: abort.signal,
-  });
+  const res = await within(
+    fetch(url, { headers: { accept: 'text/event-stream', ...headers }, signal: abort.signal }),
+    20_000,
+    `the answer to the stream request ${url}`,
+  );
   const received: SseMessage[] = [];
   let primed: string | undefined;
   let primedResolve!: () => void;
@@ -251,7 +252,8 @@ export async function openSse(t: T, url: string, headers: Record<string, string>
     },
   };
   t.teardown(() => abort.abort());
-  // Every stream starts with its primed id; one that never comes fails here, loudly, not at tap's timeout.
+  // Every stream starts with its primed id; one that never comes (like an answer that never comes,
+  // above) fails here, loudly, not at tap's timeout.
   if (res.status === 200) await within(primedP, 20_000, `the primed id of ${url}`);
   return reader;
 }
