@@ -1,7 +1,7 @@
 // Access control: tokens from three sources, per-stream scopes, replay re-checked, SSE expiry and
 // per-token limits, admin routes, key types with pinned algorithms, and the start-up mode rules.
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { SignJWT, exportJWK } from 'jose';
@@ -282,6 +282,7 @@ t.test('asymmetric keys: PEM (RS256) and JWKS (ES256), algorithms pinned', async
   const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' });
   const pem = rsa.publicKey.export({ type: 'spki', format: 'pem' }).toString();
   const dir = mkdtempSync(path.join(os.tmpdir(), 'cf-jwks-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const jwksFile = path.join(dir, 'jwks.json');
   writeFileSync(
     jwksFile,

@@ -3,7 +3,7 @@
 // parsed strictly (one bad entry rejects the token), grants checked per topic, CSRF on cookie
 // publishes. A tiny Fastify app runs the authorizer alone; the hub routes have their own tests.
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -132,6 +132,7 @@ t.test('token validation: every failure is the same invalid_token', async (t) =>
   const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 });
   const rsaPem = rsa.publicKey.export({ type: 'spki', format: 'pem' }).toString();
   const dir = mkdtempSync(path.join(tmpdir(), 'mercure-auth-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const es = await generateKeyPair('ES256', { extractable: true });
   const jwk = { ...(await exportJWK(es.publicKey)), kid: 'k1', alg: 'ES256' };
   writeFileSync(path.join(dir, 'jwks.json'), JSON.stringify({ keys: [jwk] }));
