@@ -49,15 +49,18 @@ const gcExtra = (name: string): { env: Record<string, string>; nodeFlags: string
 
 interface GcTotals {
   seq: number;
-  scavenges: number;
   scavengeUs: number;
   promotedBytes: number;
 }
 
-/** The GC totals of a server started with gcExtra(name), as of now (asks it, waits for the write). */
-async function gcTotals(s: Server, name: string): Promise<GcTotals> {
+/** Each server's gcExtra name, set where it is started. */
+const gcNames = new Map<Server, string>();
+
+/** The GC totals of a server started with gcExtra, as of now (asks it, waits for the write). */
+async function gcTotals(s: Server): Promise<GcTotals> {
+  const file = gcFile(gcNames.get(s)!);
   const read = (): GcTotals | undefined =>
-    existsSync(gcFile(name)) ? (JSON.parse(readFileSync(gcFile(name), 'utf8')) as GcTotals) : undefined;
+    existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as GcTotals) : undefined;
   const before = read()?.seq ?? 0;
   process.kill(s.cp.pid!, 'SIGUSR2');
   for (let i = 0; i < 200; i++) {
@@ -100,7 +103,9 @@ async function startCommitfeed(dir: string, i: number): Promise<Server> {
     logFile: log,
   });
   await waitForHttp(`http://127.0.0.1:${port}/readyz`, cp, 120_000);
-  return { name: `${i}: ${dir}`, port, cp, log };
+  const server = { name: `${i}: ${dir}`, port, cp, log };
+  gcNames.set(server, String(i));
+  return server;
 }
 
 /** The mean group size over the server's life (its /metrics). */
@@ -113,7 +118,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function main(): Promise<void> {
   const systems: Server[] = [await startFloor(base, logDir, undefined, gcExtra('floor'))];
-  const gcName = (j: number) => (j === 0 ? 'floor' : String(j - 1));
+  gcNames.set(systems[0], 'floor');
   systems[0].name = 'floor (bare Fastify)';
   for (const [i, dir] of dirs.entries()) systems.push(await startCommitfeed(dir, i));
   const loader = new Worker<unknown>(
@@ -122,18 +127,18 @@ async function main(): Promise<void> {
     {},
     { env: { BENCH_JOBS: '1' } },
   );
-  const turn = async (s: Server, j: number, sec: number) => {
+  const turn = async (s: Server, sec: number) => {
     const args: HttpLoadArgs = {
       url: `http://127.0.0.1:${s.port}/v1/streams/s1-publish/events`,
       body,
       connections: Number(v.conns),
       durationSec: sec,
     };
-    const gcA = v.gc ? await gcTotals(s, gcName(j)) : undefined;
+    const gcA = v.gc ? await gcTotals(s) : undefined;
     const a = cpuSeconds(s.cp.pid!);
     const r = await loader.run<HttpLoadResult>(args, sec * 1000 + 60_000);
     const b = cpuSeconds(s.cp.pid!);
-    const gcB = v.gc ? await gcTotals(s, gcName(j)) : undefined;
+    const gcB = v.gc ? await gcTotals(s) : undefined;
     if (r.non2xx + r.errors + r.timeouts > 0)
       console.log(`  ${s.name}: ${r.non2xx + r.errors + r.timeouts} failed`);
     const n = Math.max(1, r.ok + r.non2xx);
@@ -147,7 +152,7 @@ async function main(): Promise<void> {
     return { us: ((b - a) / n) * 1e6, rps: r.rps, p50: r.latency.p50, gc };
   };
   try {
-    for (const [j, s] of systems.entries()) await turn(s, j, Number(v.warm));
+    for (const s of systems) await turn(s, Number(v.warm));
     const us = systems.map(() => [] as number[]);
     const rps = systems.map(() => [] as number[]);
     const p50 = systems.map(() => [] as number[]);
@@ -159,7 +164,7 @@ async function main(): Promise<void> {
       // Each round starts one system later, so that no system always follows the same one.
       for (let n = 0; n < systems.length; n++) {
         const j = (round + n) % systems.length;
-        const t = await turn(systems[j], j, Number(v.sec));
+        const t = await turn(systems[j], Number(v.sec));
         us[j][round] = t.us;
         if (t.gc) {
           promoted[j][round] = t.gc.promoted;
