@@ -1,32 +1,35 @@
 /**
  * What a lost connection means for a write. Most failures say for sure that nothing was stored: the
- * server could not be reached, or it aborted the transaction before its COMMIT arrived (a backend
- * that loses its client inside a transaction rolls it back). One does not: a connection lost while a
- * COMMIT is on its way or its answer is. The server may have committed (a transaction-mode pooler
- * restarted under load does exactly this: it closes client connections while their server
- * connections finish the COMMIT), so answering "unavailable, nothing stored" would be a lie that a
+ * server could not be reached, the statement never left this process, or the server answered with an
+ * error (its transaction rolled back). One does not: a connection lost while a statement that commits
+ * is on its way, or its answer is. Such a statement is a COMMIT, or any statement sent outside a
+ * transaction (autocommit: PostgreSQL commits it before it answers, as it does the group commit's
+ * append on a direct connection). The server may have committed it: a transaction-mode pooler
+ * restarted under load closes client connections while their server connections finish the COMMIT,
+ * and a PostgreSQL killed by an immediate shutdown or a crash may have flushed the commit record of a
+ * statement whose answer it never sent. Answering "unavailable, nothing stored" would be a lie that a
  * client retrying without an idempotency key turns into a duplicate.
  *
- * Such a COMMIT fails with CommitUnknownError (SQLSTATE 08007, transaction_resolution_unknown): still
- * "unavailable" for every caller that retries or gives up, and answered 503 `commit_unknown` over
- * HTTP, which tells the client to retry with the same idempotency key (`duplicate: true` means the
- * first attempt was stored).
+ * Such a statement fails with CommitUnknownError (SQLSTATE 08007, transaction_resolution_unknown):
+ * still "unavailable" for every caller that retries or gives up, and answered 503 `commit_unknown`
+ * over HTTP to a request that writes, which tells the client to retry with the same idempotency key
+ * (`duplicate: true` means the first attempt was stored). The client cannot tell a read from a write
+ * (the group commit's append is a `select` of a function), so an autocommit read that loses its
+ * answer fails the same way; the HTTP layer answers `unavailable` to a GET, which stores nothing.
  *
- * Covered: every explicit COMMIT (Kysely's transactions) on every pool, and the COMMIT the pooled
- * client adds around a statement outside a transaction (src/db/pooled-client.ts: the group commit's
- * writes behind a pooler). Not covered: a single autocommit statement on a direct connection, whose
- * commit is part of the statement; the server aborts it when it ends the connection itself (restart,
- * pg_terminate_backend), and only a connection lost in the instant between its commit and its answer
- * leaves it unknown.
+ * Not unknown, and so still plainly unavailable: a statement that never left (the client's
+ * connection had already failed), a server ERROR (statement_timeout's cancel included: the statement
+ * and its implicit transaction rolled back), a statement inside a transaction (a backend that loses
+ * its client inside a transaction rolls it back), and the BEGIN or ROLLBACK that opens or ends one.
  */
 import type pg from 'pg';
 
-/** A COMMIT whose answer was lost with its connection: the transaction may or may not be stored. */
+/** A commit whose answer was lost with its connection: the write may or may not be stored. */
 export class CommitUnknownError extends Error {
   readonly code = '08007';
   constructor(cause: unknown) {
     super(
-      `the database connection was lost while a COMMIT was in flight: it may have been stored (${
+      `the database connection was lost before a commit was confirmed: it may have been stored (${
         cause instanceof Error ? cause.message : String(cause)
       })`,
       { cause },
@@ -58,19 +61,45 @@ export function isUnavailable(err: unknown): boolean {
   );
 }
 
-const COMMIT = /^\s*(commit|end)\s*(transaction|work)?\s*;?\s*$/i;
+/**
+ * True when `err` ended the connection rather than the statement: the answer may have been lost after
+ * the commit. A server ERROR ends only the statement; of the codes isUnavailable knows, 57014
+ * (statement_timeout, a cancel) is the one sent as an ERROR.
+ */
+function answerLost(err: unknown): boolean {
+  return isUnavailable(err) && (err as { code?: unknown }).code !== '57014';
+}
 
-/** A pg.Client class over `Base` whose COMMIT fails with CommitUnknownError when its connection is lost. */
+const COMMIT = /^\s*(commit|end)\s*(transaction|work)?\s*;?\s*$/i;
+/** Statements that commit nothing, sent outside a transaction: its start, or a stray end. */
+const NO_COMMIT = /^\s*(begin|start\s+transaction|rollback|abort)\b/i;
+
+/** The pg.Client internals read here: PostgreSQL's last ReadyForQuery status, the query on the wire. */
+interface ClientState {
+  _txStatus: string | null;
+  _activeQuery: unknown;
+}
+
+/**
+ * A pg.Client class over `Base` whose statements that commit (a COMMIT, or any statement sent outside
+ * a transaction) fail with CommitUnknownError when their connection is lost after they were sent.
+ */
 export function commitOutcomeClass(Base: typeof pg.Client): typeof pg.Client {
   return class CommitOutcomeClient extends Base {
     // biome-ignore lint/suspicious/noExplicitAny: pg's query() has many overloads; this passes them through
     override query(config: any, values?: any, callback?: any): any {
+      const state = this as unknown as ClientState;
+      const text: unknown = typeof config === 'string' ? config : config?.text;
+      const commits =
+        typeof text === 'string' && (COMMIT.test(text) || (state._txStatus === 'I' && !NO_COMMIT.test(text)));
       // biome-ignore lint/suspicious/noExplicitAny: the overloads' result (a promise for these callers)
       const result: any = super.query(config, values, callback);
-      const text: unknown = typeof config === 'string' ? config : config?.text;
-      if (typeof text !== 'string' || !COMMIT.test(text) || typeof result?.then !== 'function') return result;
+      if (!commits || typeof result?.then !== 'function') return result;
+      // A client whose connection had already failed refuses the query without sending it; a query
+      // queued behind another (none of commitfeed's callers do that) may be sent later: unknown too.
+      if (state._activeQuery == null) return result;
       return result.catch((err: unknown) => {
-        throw isUnavailable(err) ? new CommitUnknownError(err) : err;
+        throw answerLost(err) ? new CommitUnknownError(err) : err;
       });
     }
   };

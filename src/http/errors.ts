@@ -73,7 +73,7 @@ const FASTIFY_CODES: Record<string, [number, string]> = {
 };
 
 const COMMIT_UNKNOWN =
-  'the database connection was lost while the write was committing: it may have been stored. Retry with the same idempotency key; "duplicate": true in the answer means the first attempt was stored';
+  'the database connection was lost before the commit of the write was confirmed: it may have been stored. Retry with the same idempotency key; "duplicate": true in the answer means the first attempt was stored';
 
 /** A 503 with Retry-After: nothing the client sent was wrong; the same request may succeed later. */
 function retryLater(reply: FastifyReply, code: string, message: string): FastifyReply {
@@ -98,7 +98,9 @@ export function installErrorHandlers(app: FastifyInstance): void {
       return reply.code(known[0]).send(errorBody(known[0], known[1], message));
     }
     if (err instanceof ShuttingDownError) return retryLater(reply, 'shutting_down', err.message);
-    if (err instanceof CommitUnknownError) {
+    // A GET or HEAD stores nothing: a read that lost its answer (CommitUnknownError cannot tell a
+    // read from a write) is plainly unavailable to it.
+    if (err instanceof CommitUnknownError && request.method !== 'GET' && request.method !== 'HEAD') {
       // Not "nothing stored": the client must retry with the same key to learn whether it was.
       request.log.warn({ err: err.message }, 'commit outcome unknown');
       return retryLater(reply, 'commit_unknown', COMMIT_UNKNOWN);
