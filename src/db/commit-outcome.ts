@@ -16,6 +16,9 @@
  * (`duplicate: true` means the first attempt was stored). The client cannot tell a read from a write
  * (the group commit's append is a `select` of a function), so an autocommit read that loses its
  * answer fails the same way; the HTTP layer answers `unavailable` to a GET, which stores nothing.
+ * A write that runs a second statement after its first committed (an ack that then explains its
+ * refusals, a claim after the acks that came with it) wraps the second in afterCommit(): if the
+ * database goes away in between, the first is stored and only the answer is lost.
  *
  * Not unknown, and so still plainly unavailable: a statement that never left (the client's
  * connection had already failed), a server ERROR (statement_timeout's cancel included: the statement
@@ -68,6 +71,23 @@ export function isUnavailable(err: unknown): boolean {
  */
 function answerLost(err: unknown): boolean {
   return isUnavailable(err) && (err as { code?: unknown }).code !== '57014';
+}
+
+/**
+ * Runs `next`, a statement after a write of the same request committed: if the database is
+ * unavailable now, the write is stored and only the answer is lost, so the failure is a
+ * CommitUnknownError, never "nothing stored".
+ *
+ * @example
+ *   const acked = await ackJobs(db, items);
+ *   const jobs = await afterCommit(() => claimJobs(db, queue, max));
+ */
+export async function afterCommit<T>(next: () => Promise<T>): Promise<T> {
+  try {
+    return await next();
+  } catch (err) {
+    throw isUnavailable(err) && !(err instanceof CommitUnknownError) ? new CommitUnknownError(err) : err;
+  }
 }
 
 const COMMIT = /^\s*(commit|end)\s*(transaction|work)?\s*;?\s*$/i;

@@ -3,6 +3,7 @@
  * lease token of the claim (a stale worker cannot settle a job someone else now holds).
  */
 import { CompiledQuery, sql } from 'kysely';
+import { afterCommit } from '../db/commit-outcome.ts';
 import { type Db, inTransaction } from '../db/database.ts';
 import { prepared } from '../db/prepared.ts';
 import { appendEvents } from '../feed/queries/append.ts';
@@ -102,10 +103,9 @@ export async function ackJobsWaking(
   });
   const woke = rows.length > 0 && Number(rows[0].woke) > 0;
   if (ok.every(Boolean)) return { results: items.map(() => OK), woke };
-  const why = await whyNot(
-    db,
-    items.filter((_, n) => !ok[n]),
-  );
+  const refused = items.filter((_, n) => !ok[n]);
+  // Outside a transaction the acks above are committed: losing the database now loses only the answer.
+  const why = await (db.isTransaction ? whyNot(db, refused) : afterCommit(() => whyNot(db, refused)));
   return { results: items.map((i, n) => (ok[n] ? OK : why(i))), woke };
 }
 

@@ -4,6 +4,7 @@
  */
 import { isIP } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { afterCommit } from '../db/commit-outcome.ts';
 import { ApiError } from '../errors.ts';
 import { parseCursor } from '../feed/cursor.ts';
 import {
@@ -146,7 +147,8 @@ async function createOne(
     rateLimit: s.rateLimit ?? null,
     enabled: s.enabled ?? true,
   });
-  return reply.code(201).send({ ...(await show(deps, [e]))[0], secret: e.secret });
+  // The endpoint is committed: a backlog read that finds the database gone loses only the answer.
+  return reply.code(201).send({ ...(await afterCommit(() => show(deps, [e])))[0], secret: e.secret });
 }
 
 async function patchOne(
@@ -163,7 +165,8 @@ async function patchOne(
       'an ordered endpoint delivers one event at a time: its concurrency stays 1',
     );
   }
-  return (await show(deps, [await deps.webhooks.update(name, s)]))[0];
+  const updated = await deps.webhooks.update(name, s);
+  return (await afterCommit(() => show(deps, [updated])))[0];
 }
 
 /** A body's settings, checked: the URL (http(s), no literal refused address) and the headers. */

@@ -1,6 +1,7 @@
 /** POST /v1/queues/:queue/claim: claim jobs, long-polling when none is ready, after acking a batch. */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorize } from '../../auth/policy.ts';
+import { afterCommit } from '../../db/commit-outcome.ts';
 import type { ClaimedJob } from '../claim.ts';
 import { queueParams } from '../schemas.ts';
 import { claimBody, claimResponse } from '../schemas/claim.ts';
@@ -43,11 +44,10 @@ async function claim(deps: QueueRouteDeps, request: FastifyRequest<ClaimReq>, re
   const acks =
     ack && ack.length > 0 ? ackItems(request.params.queue, ack, config.maxJobResultBytes, 'ack') : null;
   const acked = acks ? ackResultsJson(acks, await queues.ack(acks)) : null;
-  const jobs = await queues.claim(
-    request.params.queue,
-    { max, leaseSeconds: lease, waitSeconds: wait },
-    abort.signal,
-  );
+  const claim = () =>
+    queues.claim(request.params.queue, { max, leaseSeconds: lease, waitSeconds: wait }, abort.signal);
+  // The acks are committed: a claim that finds the database gone must not answer "nothing stored".
+  const jobs = await (acked ? afterCommit(claim) : claim());
   reply.type('application/json');
   const jobsJson = `[${jobs.map(claimedJson).join(',')}]`;
   return acked ? `{"jobs":${jobsJson},"acked":${JSON.stringify(acked)}}` : `{"jobs":${jobsJson}}`;
