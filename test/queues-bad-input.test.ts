@@ -103,6 +103,9 @@ t.test('bad input: 4xx with a stable code, nothing written', async (t) => {
     ['redrive unknown id', { path: `${q}/dead/424242/retry`, headers: {} }, 404, 'job_not_found'],
     ['stats bad name', { path: '/v1/queues/a%20b', headers: {}, method: 'GET' }, 400, 'invalid_name'],
     ['pause bad name', { path: '/v1/queues/a%20b/pause', headers: {} }, 400, 'invalid_name'],
+    // An unknown queue is not made by pausing it (it would be listed, empty, from then on).
+    ['pause unknown queue', { path: `${q}/pause`, headers: {} }, 404, 'queue_not_found'],
+    ['resume unknown queue', { path: `${q}/resume`, headers: {} }, 404, 'queue_not_found'],
     [
       'watch malformed cursor',
       { path: `${q}/events?after=x`, headers: {}, method: 'GET' },

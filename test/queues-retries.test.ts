@@ -129,10 +129,11 @@ t.test('key dedup: concurrent enqueues with one key create one job', async (t) =
 
 t.test('pause and resume', async (t) => {
   const server = await startTestServer(t, await testDatabase(t), { pollIntervalMs: 60000 });
+  t.equal((await enqueue(server.url, 'pq', { payload: 1 })).status, 201);
   t.same((await api(server.url, 'POST', '/v1/queues/pq/pause')).body, { queue: 'pq', paused: true });
-  t.equal((await enqueue(server.url, 'pq', { payload: 1 })).status, 201, 'a paused queue accepts jobs');
+  t.equal((await enqueue(server.url, 'pq', { payload: 2 })).status, 201, 'a paused queue accepts jobs');
   t.same(await claim(server.url, 'pq'), [], 'and hands none out');
-  t.match(await stats(server.url, 'pq'), { paused: true, ready: 1 });
+  t.match(await stats(server.url, 'pq'), { paused: true, ready: 2 });
   const waiting = timed(claim(server.url, 'pq', { wait: 10 }));
   await sleep(300);
   t.notOk(waiting.settled(), 'a waiting claim keeps waiting while paused');

@@ -74,8 +74,10 @@ t.test(
         }>`select state from commitfeed.jobs where queue = ${queue} order by id`.execute(db)
       ).rows.map((r) => r.state);
 
-    // Paused: the job stays ready and the claim keeps waiting; resume hands it out.
-    await queues.setPaused('p', true);
+    // Paused: the job stays ready and the claim keeps waiting; resume hands it out. (A queue is made
+    // by its first enqueue or setting: pausing an unknown one changes nothing.)
+    await queues.setConcurrency('p', null);
+    t.ok(await queues.setPaused('p', true));
     const p = waiting('p');
     await until(() => queues.wakeups.size === 1, 5000, 'a claim waiting on the paused queue');
     await enqueue(server.url, 'p', { payload: 1 });

@@ -113,13 +113,30 @@ export function retryDead(db: Db, queue: string, id: string | null): Promise<str
   });
 }
 
-/** Pauses or resumes `queue` (creating it if needed). Resuming wakes waiting claimers through the feed. */
-export function setPaused(db: Db, queue: string, paused: boolean): Promise<void> {
+/**
+ * Pauses or resumes `queue`; resuming wakes waiting claimers through the feed. A queue exists once a
+ * job was enqueued to it or a setting (concurrency, pause) made it; an unknown one is left alone and
+ * the answer is false, so a mistyped name does not become a queue of its own. `create` makes it
+ * instead (a webhook endpoint's queue is paused before any job reaches it).
+ */
+export function setPaused(
+  db: Db,
+  queue: string,
+  paused: boolean,
+  opts: { create?: boolean } = {},
+): Promise<boolean> {
   return inTransaction(db, async (trx) => {
-    await sql`
-      insert into commitfeed.queues (name, paused) values (${queue}, ${paused})
-      on conflict (name) do update set paused = excluded.paused`.execute(trx);
+    const { rows } = opts.create
+      ? await sql`
+          insert into commitfeed.queues (name, paused) values (${queue}, ${paused})
+          on conflict (name) do update set paused = excluded.paused
+          returning name`.execute(trx)
+      : await sql`update commitfeed.queues set paused = ${paused} where name = ${queue} returning name`.execute(
+          trx,
+        );
+    if (rows.length === 0) return false;
     if (!paused) await appendEvents(trx, [wakeEvent(queue, 'resumed', '{}')]);
+    return true;
   });
 }
 

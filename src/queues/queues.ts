@@ -164,9 +164,11 @@ export class Queues {
     return ids;
   }
 
-  async setPaused(queue: string, paused: boolean): Promise<void> {
-    await setPaused(this.db, queue, paused);
-    if (!paused) this.feed.tailer.wake();
+  /** False when there is no such queue (nothing was changed). */
+  async setPaused(queue: string, paused: boolean): Promise<boolean> {
+    const found = await setPaused(this.db, queue, paused);
+    if (found && !paused) this.feed.tailer.wake();
+    return found;
   }
 
   async cancel(queue: string, id: string): Promise<CancelResult> {

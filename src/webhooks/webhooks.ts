@@ -176,7 +176,7 @@ export class Webhooks {
         backoff: BACKOFF,
         from: input.from,
       });
-      await setPaused(trx, queue, !input.enabled);
+      await setPaused(trx, queue, !input.enabled, { create: true });
       return e;
     });
     this.opts.follower.wake();
@@ -193,7 +193,8 @@ export class Webhooks {
     const e = await inTransaction(this.db, async (trx) => {
       const e = await updateEndpoint(trx, name, { ...patch, disabledReason: reason });
       if (!e) throw notFound(name);
-      if (patch.enabled !== undefined) await setPaused(trx, internalName(name), !patch.enabled);
+      if (patch.enabled !== undefined)
+        await setPaused(trx, internalName(name), !patch.enabled, { create: true });
       return e;
     });
     this.opts.queues.feed.tailer.wake();

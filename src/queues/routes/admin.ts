@@ -135,13 +135,7 @@ async function listQueues(deps: QueueRouteDeps, request: FastifyRequest) {
 async function stats(deps: QueueRouteDeps, request: FastifyRequest<QueueReq>) {
   authorizeQueueRead(request, request.params.queue);
   const [stats] = await queueStats(deps.db, request.params.queue);
-  if (!stats) {
-    throw new ApiError(
-      404,
-      'queue_not_found',
-      `no queue ${request.params.queue}: nothing was ever enqueued to it`,
-    );
-  }
+  if (!stats) throw queueNotFound(request.params.queue);
   return stats;
 }
 
@@ -170,7 +164,17 @@ async function redriveAll(deps: QueueRouteDeps, request: FastifyRequest<QueueReq
   return { retried: (await deps.queues.retryDead(request.params.queue, null)).length };
 }
 
+/** An unknown queue is a 404 rather than a new, empty queue named by the request. */
 async function setPaused(deps: QueueRouteDeps, request: FastifyRequest<QueueReq>, paused: boolean) {
-  await deps.queues.setPaused(request.params.queue, paused);
+  if (!(await deps.queues.setPaused(request.params.queue, paused))) {
+    throw queueNotFound(request.params.queue);
+  }
   return { queue: request.params.queue, paused };
 }
+
+const queueNotFound = (queue: string) =>
+  new ApiError(
+    404,
+    'queue_not_found',
+    `no queue ${queue}: nothing was ever enqueued to it and it has no settings (enqueue a job or set its concurrency first)`,
+  );
