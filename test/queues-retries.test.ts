@@ -132,8 +132,13 @@ t.test('pause and resume', async (t) => {
   t.equal((await enqueue(server.url, 'pq', { payload: 1 })).status, 201);
   t.same((await api(server.url, 'POST', '/v1/queues/pq/pause')).body, { queue: 'pq', paused: true });
   t.equal((await enqueue(server.url, 'pq', { payload: 2 })).status, 201, 'a paused queue accepts jobs');
-  t.same(await claim(server.url, 'pq'), [], 'and hands none out');
+  const claimBody = async (body: object) => (await api(server.url, 'POST', '/v1/queues/pq/claim', body)).body;
+  // An empty answer says the queue is paused, told apart from an empty queue's `{"jobs":[]}`.
+  t.same(await claimBody({}), { jobs: [], paused: true }, 'and hands none out, saying it is paused');
   t.match(await stats(server.url, 'pq'), { paused: true, ready: 2 });
+  const started = Date.now();
+  t.same(await claimBody({ wait: 0.5 }), { jobs: [], paused: true }, 'a long-poll that ran out: paused');
+  t.ok(Date.now() - started >= 450, 'after its whole wait (a resume could still come)');
   const waiting = timed(claim(server.url, 'pq', { wait: 10 }));
   await sleep(300);
   t.notOk(waiting.settled(), 'a waiting claim keeps waiting while paused');
@@ -142,6 +147,9 @@ t.test('pause and resume', async (t) => {
   const got = await waiting;
   t.equal(got.value.length, 1, 'resume wakes the waiting claim');
   t.ok(got.at - resumedAt < 2000);
+  const second = await claimBody({});
+  t.same([Object.keys(second), second.jobs.length], [['jobs'], 1], 'no `paused` once resumed');
+  t.same(await claimBody({}), { jobs: [] }, 'nor on an empty queue');
 });
 
 t.test('stats and the queue list', async (t) => {

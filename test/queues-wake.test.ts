@@ -66,7 +66,9 @@ t.test(
     const { queues } = server;
     const handed = queues.wakeups.handedOff;
     const waiting = (queue: string) =>
-      queues.claim(queue, { max: 5, leaseSeconds: 30, waitSeconds: WAIT }, new AbortController().signal);
+      queues
+        .claim(queue, { max: 5, leaseSeconds: 30, waitSeconds: WAIT }, new AbortController().signal)
+        .then((r) => r.jobs);
     const states = async (queue: string) =>
       (
         await sql<{
@@ -121,7 +123,9 @@ t.test('a job handed to a claim whose client left goes back to the queue, attemp
   const db = sqlClient(t, dbUrl);
   const { queues } = server;
   const gone = new AbortController();
-  const a = queues.claim('back', { max: 1, leaseSeconds: 30, waitSeconds: WAIT }, gone.signal);
+  const a = queues
+    .claim('back', { max: 1, leaseSeconds: 30, waitSeconds: WAIT }, gone.signal)
+    .then((r) => r.jobs);
   await until(() => queues.wakeups.size === 1, 5000, 'the claim to wait');
   // The enqueue reserves the waiting claim as it starts writing (synchronously); the client leaves
   // before the commit, so the handed-off job must come back.
@@ -225,13 +229,13 @@ t.test('a woken claim whose client left hands its wake-up to the next waiter', a
   const db = sqlClient(t, dbUrl);
   const { queues } = server;
   const first = new AbortController();
-  const a = queues.claim('handoff', { max: 1, leaseSeconds: 30, waitSeconds: WAIT }, first.signal);
+  const a = queues
+    .claim('handoff', { max: 1, leaseSeconds: 30, waitSeconds: WAIT }, first.signal)
+    .then((r) => r.jobs);
   await until(() => queues.wakeups.size === 1, 5000, 'the first claim to wait');
-  const b = queues.claim(
-    'handoff',
-    { max: 1, leaseSeconds: 30, waitSeconds: WAIT },
-    new AbortController().signal,
-  );
+  const b = queues
+    .claim('handoff', { max: 1, leaseSeconds: 30, waitSeconds: WAIT }, new AbortController().signal)
+    .then((r) => r.jobs);
   await until(() => queues.wakeups.size === 2, 5000, 'the second claim to wait');
   // A job with no feed row (nothing else would wake anyone), then one wake-up for it, taken by the
   // oldest waiter, whose client goes away before its claim runs.

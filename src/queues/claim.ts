@@ -28,6 +28,8 @@ export interface ClaimResult {
   more: boolean;
   /** The queue has a concurrency limit (claimJobs then claims under the queue's lock). */
   limited: boolean;
+  /** The queue is paused (so `jobs` is empty). */
+  paused: boolean;
 }
 
 /**
@@ -139,7 +141,8 @@ const claimSql = (locked: boolean) =>
             where x.queue = $1 and x.state = 'ready' and x.run_at <= clock_timestamp()
               and x.id <> all(array(select picked.id from picked))
             order by x.priority, x.run_at, x.id limit 1) is not null as more,
-           (select limited from room) as limited
+           (select limited from room) as limited,
+           (select paused from cfg) as paused
     from (select 1) one left join claimed c on true
     order by c.priority, c.run_at, c.id`);
 const CLAIM_SQL = claimSql(false);
@@ -163,8 +166,10 @@ async function claimStatement(
     reaped_dead: number;
     more: boolean;
     limited: boolean;
+    paused: boolean;
   }>(CompiledQuery.raw(locked ? CLAIM_LOCKED_SQL : CLAIM_SQL, [queue, max, leaseSeconds]));
   return {
+    paused: rows[0].paused,
     reaped: rows[0].reaped,
     reapedDead: rows[0].reaped_dead,
     more: rows[0].more,

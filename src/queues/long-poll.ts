@@ -3,7 +3,9 @@
  * (Wakeups: no database connection held) until a wake-up meant for it (an enqueue wakes as many
  * claims as it has jobs), until something it knows of comes due, or until the wait ends, then tries
  * again with FOR UPDATE SKIP LOCKED. An enqueue of this process may instead hand it jobs directly
- * (hand-off.ts).
+ * (hand-off.ts). On a paused queue it waits the same way (a resume wakes it, and it claims), and an
+ * empty answer says whether the queue was paused at its last try: a worker told so knows that
+ * nothing comes until someone resumes the queue, rather than that the queue is empty.
  *
  * Failure: a database error fails the claim; a waiting claim holds nothing that could leak, and a
  * woken claim that ends without claiming passes its wake-up on to another waiter.
@@ -21,6 +23,12 @@ export interface ClaimOptions {
   max: number;
   leaseSeconds: number;
   waitSeconds: number;
+}
+
+/** A claim's answer: the jobs, and whether the queue was paused at its last try (none were then). */
+export interface ClaimOutcome {
+  jobs: ClaimedJob[];
+  paused: boolean;
 }
 
 /** What a claim uses of the Queues service. */
@@ -41,7 +49,7 @@ export async function longPollClaim(
   queue: string,
   opts: ClaimOptions,
   signal: AbortSignal,
-): Promise<ClaimedJob[]> {
+): Promise<ClaimOutcome> {
   const started = performance.now();
   const deadline = Date.now() + opts.waitSeconds * 1000;
   const streams = [queueStream(queue)];
@@ -50,11 +58,14 @@ export async function longPollClaim(
   // Set while this claim holds a wake-up it has not used: if it ends before its next claim
   // statement, the wake-up goes to another waiter (it may be the only one woken for a job).
   let woken = false;
+  let paused = false;
   try {
     for (;;) {
       const before = q.feed.tailer.position;
-      const { jobs, reaped, reapedDead, more } = await claimJobs(q.db, queue, opts.max, opts.leaseSeconds);
+      const claimed = await claimJobs(q.db, queue, opts.max, opts.leaseSeconds);
+      const { jobs, reaped, reapedDead, more } = claimed;
       woken = false;
+      paused = claimed.paused;
       if (reaped > 0) {
         const c = q.counters.of(queue);
         c.leasesExpired += reaped;
@@ -67,7 +78,7 @@ export async function longPollClaim(
       }
       // Released expired leases are claimable by the next statement.
       if (reaped > 0) continue;
-      if (Date.now() >= deadline || signal.aborted || q.wakeups.closed) return empty(q);
+      if (Date.now() >= deadline || signal.aborted || q.wakeups.closed) return empty(q, paused);
       const due = await nextDue(q.db, queue);
       // An enqueue that committed after `before` may have been missed by the claim's snapshot and
       // already passed the hub: look for its feed row before sleeping.
@@ -93,12 +104,12 @@ export async function longPollClaim(
         if (signal.aborted) {
           // Its client left while the enqueue was committing: the jobs go back to the queue.
           await unlease(q, queue, jobs);
-          return empty(q);
+          return empty(q, false);
         }
         return delivered(q, queue, jobs, started);
       }
       woken = waited.why === 'woken';
-      if (signal.aborted || q.wakeups.closed) return empty(q);
+      if (signal.aborted || q.wakeups.closed) return empty(q, paused);
     }
   } finally {
     if (woken) q.wakeups.wake(queue, opts.max);
@@ -122,16 +133,16 @@ async function unlease(q: ClaimParts, queue: string, jobs: ClaimedJob[]): Promis
 
 /** A claim answers with jobs (claimed by its statement or handed off): counted, and waiting claims
  * learn when these leases could run out (a crashed worker). */
-function delivered(q: ClaimParts, queue: string, jobs: ClaimedJob[], started: number): ClaimedJob[] {
+function delivered(q: ClaimParts, queue: string, jobs: ClaimedJob[], started: number): ClaimOutcome {
   q.counters.of(queue).claimed += jobs.length;
   q.counters.claimWait.observe((performance.now() - started) / 1000);
   q.wakeups.due(queue, Math.min(...jobs.map((j) => j.leaseExpiresAt)));
-  return jobs;
+  return { jobs, paused: false };
 }
 
-function empty(q: ClaimParts): ClaimedJob[] {
+function empty(q: ClaimParts, paused: boolean): ClaimOutcome {
   q.counters.emptyClaims++;
-  return [];
+  return { jobs: [], paused };
 }
 
 /** True when the tailer has read a feed row of `streams` after `since`. */

@@ -22,11 +22,10 @@ import { analyzeChanged } from '../retention/partitions.ts';
 import type { Database } from '../db/database.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type CancelResult, cancelJob, retryDead, setConcurrency, setPaused } from './admin.ts';
-import type { ClaimedJob } from './claim.ts';
 import { QueueCounters } from './counters.ts';
 import type { CheckedJobInput, EnqueueOutcome, EnqueueResult } from './enqueue.ts';
 import { enqueueHandingOff } from './hand-off.ts';
-import { type ClaimOptions, longPollClaim } from './long-poll.ts';
+import { type ClaimOptions, type ClaimOutcome, longPollClaim } from './long-poll.ts';
 import {
   type AckItem,
   type LeaseRef,
@@ -132,7 +131,7 @@ export class Queues {
   }
 
   /** Claims jobs, waiting up to `waitSeconds` for some to become available (long-poll.ts). */
-  claim(queue: string, opts: ClaimOptions, signal: AbortSignal): Promise<ClaimedJob[]> {
+  claim(queue: string, opts: ClaimOptions, signal: AbortSignal): Promise<ClaimOutcome> {
     return longPollClaim(this, queue, opts, signal);
   }
 

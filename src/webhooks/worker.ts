@@ -86,11 +86,11 @@ export class EndpointWorker {
       try {
         const leaseSeconds = this.endpoint.timeoutMs / 1000 + LEASE_MARGIN_SECONDS;
         const max = this.endpoint.rateLimit === null ? room : 1;
-        jobs = await this.parts.queues.claim(
+        ({ jobs } = await this.parts.queues.claim(
           this.queue,
           { max, leaseSeconds, waitSeconds: CLAIM_WAIT_SECONDS },
           signal,
-        );
+        ));
         backoffMs = 100;
       } catch (err) {
         this.parts.log.warn(

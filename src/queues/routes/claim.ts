@@ -47,10 +47,13 @@ async function claim(deps: QueueRouteDeps, request: FastifyRequest<ClaimReq>, re
   const claim = () =>
     queues.claim(request.params.queue, { max, leaseSeconds: lease, waitSeconds: wait }, abort.signal);
   // The acks are committed: a claim that finds the database gone must not answer "nothing stored".
-  const jobs = await (acked ? afterCommit(claim) : claim());
+  const { jobs, paused } = await (acked ? afterCommit(claim) : claim());
   reply.type('application/json');
-  const jobsJson = `[${jobs.map(claimedJson).join(',')}]`;
-  return acked ? `{"jobs":${jobsJson},"acked":${JSON.stringify(acked)}}` : `{"jobs":${jobsJson}}`;
+  // `paused` only when true: an empty answer from a queue that is not paused stays `{"jobs":[]}`.
+  const fields = [`"jobs":[${jobs.map(claimedJson).join(',')}]`];
+  if (paused) fields.push('"paused":true');
+  if (acked) fields.push(`"acked":${JSON.stringify(acked)}`);
+  return `{${fields.join(',')}}`;
 }
 
 /** JSON for one claimed job, with `payload` passed through as stored (no parse, no re-serialise). */

@@ -53,6 +53,11 @@ export const claimResponse = {
     type: 'object',
     properties: {
       jobs: { type: 'array', items: claimedJob },
+      paused: {
+        type: 'boolean',
+        description:
+          'present (true) when no jobs came because the queue is paused: a claim with `wait` waits on a paused queue as on an empty one (a resume wakes it and it claims), and says so if the wait runs out while still paused',
+      },
       acked: { ...ackResults, description: 'present when the claim carried `ack`: one result per item' },
     },
   },
