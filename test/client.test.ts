@@ -261,6 +261,39 @@ t.test('queues: enqueue, claim, extend, nack, ack, stale leases', async (t) => {
   t.match(await cf.claim('bad name').catch((err: unknown) => err), { status: 400, code: 'invalid_name' });
 });
 
+t.test('work() on a paused queue: no stream of claims; the resume brings the jobs', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  const cf = new CommitfeedClient(server.url);
+  const admin = (action: string) => fetch(`${server.url}/v1/queues/held/${action}`, { method: 'POST' });
+  await cf.enqueue('held', 'a');
+  t.equal((await admin('pause')).status, 200);
+  const handled: string[] = [];
+  const handler = async (job: { payload: string }) => {
+    handled.push(job.payload);
+  };
+  // wait 0: each claim answers at once ({"jobs":[],"paused":true}); the worker must not claim again
+  // at once (without the idle pause: 120 claims in these 2 s on a 2-core machine).
+  const before = server.queues.counters.emptyClaims;
+  const polling = cf.work<string>('held', handler, { wait: 0 });
+  t.teardown(() => polling.stop());
+  await sleep(2000);
+  await polling.stop();
+  const claims = server.queues.counters.emptyClaims - before;
+  t.ok(claims >= 1 && claims <= 3, `claims in 2 s with wait 0 on a paused queue: ${claims}`);
+  t.same(handled, [], 'nothing handed out while paused');
+
+  // With a long-poll, the claim waits on the paused queue and the resume wakes it at once.
+  const waiting = cf.work<string>('held', handler, { wait: 20 });
+  t.teardown(() => waiting.stop());
+  await until(() => server.queues.wakeups.size === 1, 5000, "the worker's claim to wait");
+  const resumedAt = Date.now();
+  t.equal((await admin('resume')).status, 200);
+  await until(() => handled.length === 1, 5000, 'the job to be handled after the resume');
+  t.ok(Date.now() - resumedAt < 2000, 'the resume woke the waiting claim');
+  await waiting.stop();
+  t.equal(waiting.stats.acked, 1);
+});
+
 t.test('work(): concurrency, each job acked once, failures nacked, leases extended', async (t) => {
   const server = await startTestServer(t, await testDatabase(t));
   const cf = new CommitfeedClient(server.url);

@@ -3,6 +3,10 @@
  * long-poll while there is room; each claimed job runs beside it, its lease extended every
  * `lease / 2` seconds, and is acked when the handler resolves or nacked with its error when it
  * throws. Delivery is at least once: a handler can see a job again after a crash or a lost lease.
+ * A claim that brings nothing is followed by another, but never sooner than IDLE_CLAIM_MS after it
+ * began: the long-poll is what waits (on an empty queue or a paused one, whose resume wakes it), and
+ * an empty answer that came at once (`wait` 0, a paused queue, a server shutting down) must not turn
+ * the loop into a stream of requests.
  *
  * Lifecycle: starts when made; `stop()` (or `signal`) aborts a waiting claim, lets running handlers
  * finish and settle, then resolves `done`. Claim failures that a retry can fix are reported to
@@ -18,7 +22,7 @@ export interface WorkOptions {
   concurrency?: number;
   /** Lease in seconds; extended every `lease / 2` while the handler runs (default 30). */
   lease?: number;
-  /** Long-poll seconds per claim (default 20). */
+  /** Long-poll seconds per claim (default 20). With 0, an idle worker claims once a second. */
   wait?: number;
   /** Stops the worker (like `stop()`). */
   signal?: AbortSignal;
@@ -51,6 +55,9 @@ export interface QueueCalls {
 
 type Handler<T> = (job: Job<T>, ctx: JobContext) => unknown;
 type Outcome = { ok: true } | { ok: false; error: unknown };
+
+/** Shortest time from one empty claim's start to the next claim: at most one idle claim a second. */
+const IDLE_CLAIM_MS = 1000;
 
 export function startWorker<T>(
   client: QueueCalls,
@@ -111,6 +118,7 @@ class JobLoop<T> {
         continue;
       }
       let jobs: Job<T>[];
+      const claimedAt = Date.now();
       try {
         // Aborting a waiting claim on stop: a job handed out in that instant is redelivered when its
         // lease expires (at least once), never lost.
@@ -124,6 +132,11 @@ class JobLoop<T> {
         failures++;
         const floorMs = (err as CommitfeedError).retryAfterMs ?? 0;
         await sleep(backoffDelay(failures, floorMs, this.opts.backoff), this.stopping.signal);
+        continue;
+      }
+      if (jobs.length === 0) {
+        const idle = claimedAt + IDLE_CLAIM_MS - Date.now();
+        if (idle > 0) await sleep(idle, this.stopping.signal);
         continue;
       }
       for (const job of jobs) {
