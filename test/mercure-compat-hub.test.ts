@@ -296,13 +296,31 @@ t.test('0.x subscription events and API for topic= subscriptions; match ones sta
   const denied = await legacyToken({ mercure: { subscribe: ['https://example.com/x'] } });
   t.equal((await get(doc.id, denied)).status, 403, 'the path needs a subscribe grant, as in 0.x');
 
-  const all = (await (await get(`${HUB}/subscriptions`)).json()) as { type: string; subscriptions: object[] };
+  const allRes = await get(`${HUB}/subscriptions`);
+  t.match(allRes.headers.get('content-type'), /^application\/json/);
+  const all = (await allRes.json()) as { type: string; subscriptions: Record<string, unknown>[] };
   t.equal(all.type, 'subscriptions', 'the shared collection keeps the 1.0 document');
   t.same(
-    all.subscriptions.map((s) => (s as { match_type: string }).match_type).sort(),
+    all.subscriptions
+      .filter((s) => 'match_type' in s)
+      .map((s) => s.match_type)
+      .sort(),
     ['exact', 'urlpattern'],
-    'of the 1.0 subscriptions only',
+    'the 1.0 subscriptions, in the 1.0 shape',
   );
+  // The topic= ones too, as the reference hub lists them: the 0.x document without its @context.
+  const legacy = all.subscriptions.filter((s) => 'topic' in s);
+  t.same(
+    legacy.find((s) => s.topic === BOOKS),
+    inner,
+    'a topic= subscription in its 0.x shape',
+  );
+  t.same(
+    legacy.map((s) => s.topic).sort(),
+    [BOOKS, `${HUB}/subscriptions/{topic}/{subscriber}`].sort(),
+    "the client's and the watcher's topic= subscriptions",
+  );
+  t.equal(all.subscriptions.length, 4, 'every open subscription, each once');
   const v1one = await get(`${HUB}/subscriptions/exact/${enc('https://example.com/a')}`);
   t.equal(
     ((await v1one.json()) as { subscriptions: unknown[] }).subscriptions.length,

@@ -7,8 +7,10 @@
  * With MERCURE_PROTOCOL_COMPATIBILITY=8, the 0.x routes too, for the `topic=` subscriptions, in the
  * 0.x shape (legacy-subscriptions.ts): …/{topic} and …/{topic}/{subscriber}. A two-segment path is
  * 1.0's when its first segment is a matcher type (`exact`, `urlpattern`), else 0.x's, as the
- * reference hub tells them apart. The collection <hub>/subscriptions keeps the 1.0 document (of the
- * 1.0 subscriptions) in both modes.
+ * reference hub tells them apart. The collection <hub>/subscriptions keeps the 1.0 document in both
+ * modes and lists every open Mercure subscription: in compatibility mode the `topic=` ones too, each
+ * in its 0.x shape without the `@context` (as the reference hub lists them), so a client that reads
+ * the whole collection misses none of the subscriptions the events announce.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors.ts';
@@ -17,7 +19,13 @@ import { type ActiveSubscriptions, expandVar, mercureSubscriptionTopic } from '.
 import type { MercureAuthorizer } from './authorize.ts';
 import { sendMercureError } from './challenge.ts';
 import { hubLink } from './discovery.ts';
-import { legacyEscape, legacyUnescape, sendLegacy } from './legacy-subscriptions.ts';
+import {
+  isLegacyDoc,
+  legacyEntry,
+  legacyEscape,
+  legacyUnescape,
+  sendLegacy,
+} from './legacy-subscriptions.ts';
 
 /** Most Mercure subscriptions one API answer lists (the draft lets collections be truncated). */
 export const MAX_LISTED = 10_000;
@@ -35,15 +43,29 @@ const docSchema = {
     payload: { type: 'object', additionalProperties: true },
   },
 } as const;
-const collectionSchema = {
+/** A `topic=` subscription in the 1.0 collection (compatibility mode): its 0.x document, no `@context`. */
+const legacyEntrySchema = {
   type: 'object',
-  required: ['id', 'type', 'subscriptions'],
+  required: ['id', 'type', 'subscriber', 'topic', 'active'],
   properties: {
     id: { type: 'string' },
-    type: { type: 'string', enum: ['subscriptions'] },
-    subscriptions: { type: 'array', items: docSchema },
+    type: { type: 'string', enum: ['Subscription'] },
+    subscriber: { type: 'string' },
+    topic: { type: 'string' },
+    active: { type: 'boolean' },
+    payload: { type: 'object', additionalProperties: true },
   },
 } as const;
+const collectionSchema = (entry: object) =>
+  ({
+    type: 'object',
+    required: ['id', 'type', 'subscriptions'],
+    properties: {
+      id: { type: 'string' },
+      type: { type: 'string', enum: ['subscriptions'] },
+      subscriptions: { type: 'array', items: entry },
+    },
+  }) as const;
 const problem = { type: 'object', additionalProperties: true } as const;
 /** A 0.x answer (application/ld+json), written by sendLegacy rather than through a schema. */
 const jsonLd = { type: 'object', additionalProperties: true, description: 'a 0.x JSON-LD document' } as const;
@@ -60,7 +82,9 @@ export interface ActiveSubscriptionRoutesDeps {
 
 type MatcherReq = { Params: { match_type: string; match: string } };
 type OneReq = { Params: { match_type: string; match: string; subscriber: string } };
-type Filter = { matchType?: string; match?: string; subscriber?: string; legacy: boolean };
+/** `legacy`: only the 0.x subscriptions, answered in the 0.x shape (true), only the 1.0 ones (false),
+ * or both in the 1.0 collection (undefined). */
+type Filter = { matchType?: string; match?: string; subscriber?: string; legacy?: boolean };
 
 /** The matcher types a 1.0 path names (any other first segment is a 0.x topic). */
 const MATCH_TYPES = new Set(['exact', 'urlpattern']);
@@ -71,6 +95,7 @@ export function activeSubscriptionRoutes(app: FastifyInstance, deps: ActiveSubsc
   const common = {
     config: { access: 'public' as const },
   };
+  const collection = collectionSchema(deps.legacy ? { anyOf: [docSchema, legacyEntrySchema] } : docSchema);
   app.get(
     base,
     {
@@ -78,10 +103,11 @@ export function activeSubscriptionRoutes(app: FastifyInstance, deps: ActiveSubsc
       schema: {
         summary: 'Mercure: the active subscriptions',
         tags: ['mercure'],
-        response: { 200: collectionSchema, 400: problem, 401: problem, 403: problem },
+        response: { 200: collection, 400: problem, 401: problem, 403: problem },
       },
     },
-    (request, reply) => answer(deps, request, reply, base, { legacy: false }, false),
+    (request, reply) =>
+      answer(deps, request, reply, base, { legacy: deps.legacy ? undefined : false }, false),
   );
   app.get<MatcherReq>(
     `${base}/:match_type/:match`,
@@ -95,7 +121,7 @@ export function activeSubscriptionRoutes(app: FastifyInstance, deps: ActiveSubsc
           required: ['match_type', 'match'],
           properties: { match_type: { type: 'string' }, match: { type: 'string' } },
         },
-        response: { 200: collectionSchema, 400: problem, 401: problem, 403: problem },
+        response: { 200: collectionSchema(docSchema), 400: problem, 401: problem, 403: problem },
       },
     },
     (request, reply) =>
@@ -246,5 +272,6 @@ async function answer(
     if (docs.length === 0) throw new ApiError(404, 'not_found', 'no such active subscription');
     return reply.send(docs[0]);
   }
-  return reply.send({ id, type: 'subscriptions', subscriptions: docs });
+  const subscriptions = docs.map((d) => (isLegacyDoc(d) ? legacyEntry(d) : d));
+  return reply.send({ id, type: 'subscriptions', subscriptions });
 }

@@ -67,6 +67,15 @@ export function isLegacyDoc(doc: object): doc is LegacySubscriptionDoc {
 }
 
 /**
+ * A 0.x document as a collection lists it: without the `@context`, which the 0.x collection gives
+ * once and the shared 1.0 collection does not use (the reference hub lists it so in both).
+ */
+export function legacyEntry(doc: LegacySubscriptionDoc): Omit<LegacySubscriptionDoc, '@context'> {
+  const { '@context': _, ...entry } = doc;
+  return entry;
+}
+
+/**
  * The 0.x API's answer (draft-07 §Subscription API): one document, or a collection whose entries
  * drop the `@context` their parent gives, each with `lastEventID`. The body is written here (not by
  * the route's 1.0 response schema, which would strip the 0.x fields).
@@ -81,10 +90,7 @@ export function sendLegacy(
     if (docs.length === 0) throw new ApiError(404, 'not_found', 'no such active subscription');
     return reply.send(JSON.stringify({ ...docs[0], lastEventID: lastEventId }));
   }
-  const subscriptions = docs.map((d) => {
-    const { '@context': _, ...rest } = d as LegacySubscriptionDoc;
-    return rest;
-  });
+  const subscriptions = docs.map((d) => legacyEntry(d as LegacySubscriptionDoc));
   return reply.send(
     JSON.stringify({
       '@context': LEGACY_CONTEXT,
