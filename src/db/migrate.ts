@@ -8,12 +8,22 @@
  *
  * Several instances may start at once: the whole run happens on one connection holding a session
  * advisory lock, so exactly one instance migrates and the others wait, then find nothing to do (the
- * functions are applied again, which changes nothing).
+ * functions are applied again, which changes nothing). The Migrator looks in the catalog only by
+ * reads that a table dropped meanwhile cannot fail (ownSchemaTables).
  */
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import path from 'node:path';
-import { CompiledQuery, type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import {
+  CompiledQuery,
+  type DatabaseIntrospector,
+  type Kysely,
+  type Migration,
+  type MigrationProvider,
+  Migrator,
+  sql,
+  type TableMetadata,
+} from 'kysely';
 import { SCHEMA } from './database.ts';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
@@ -84,6 +94,31 @@ async function refuseUnknownMigrations(db: Kysely<any>, known: Record<string, Mi
   }
 }
 
+/**
+ * The Migrator's catalog look-up (does its table exist?), answered from our schema alone. Kysely's
+ * own introspector reads every column of every table in the database and resolves each table's
+ * name again (pg_get_serial_sequence), so a table dropped while that statement runs fails it with
+ * `relation "…" does not exist`: another instance's janitor dropping a partition — which made
+ * start-ups and `npm run maint` fail — or the application dropping one of its own tables. A plain
+ * read of pg_class sees a consistent snapshot and resolves no name.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema
+function ownSchemaTables(db: Kysely<any>): DatabaseIntrospector {
+  const getTables = async (): Promise<TableMetadata[]> => {
+    const { rows } = await sql<{ name: string; is_view: boolean }>`
+      select c.relname as name, c.relkind = 'v' as is_view
+      from pg_class c join pg_namespace n on n.oid = c.relnamespace
+      where n.nspname = ${SCHEMA} and c.relkind in ('r', 'p', 'v')`.execute(db);
+    return rows.map((r) => ({ name: r.name, schema: SCHEMA, isView: r.is_view, columns: [] }));
+  };
+  return {
+    getSchemas: async () =>
+      (await sql<{ name: string }>`select nspname as name from pg_namespace`.execute(db)).rows,
+    getTables,
+    getMetadata: async () => ({ tables: await getTables() }),
+  };
+}
+
 /** Applies the migrations, then the SQL functions; returns the names of the migrations it ran. */
 // biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema
 export async function migrate(db: Kysely<any>): Promise<string[]> {
@@ -93,6 +128,8 @@ export async function migrate(db: Kysely<any>): Promise<string[]> {
       await sql`create schema if not exists ${sql.id(SCHEMA)}`.execute(conn);
       const provider = new FolderProvider();
       await refuseUnknownMigrations(conn, await provider.getMigrations());
+      // `conn` is this call's own handle on the connection: the Migrator reads `db.introspection`.
+      Object.defineProperty(conn, 'introspection', { value: ownSchemaTables(conn) });
       const migrator = new Migrator({ db: conn, provider, migrationTableSchema: SCHEMA });
       const { error, results } = await migrator.migrateToLatest();
       if (error) {

@@ -61,7 +61,9 @@ export async function listPartitions(db: Db): Promise<Partition[]> {
     from pg_inherits i
     join pg_class c on c.oid = i.inhrelid
     cross join lateral (select pg_get_expr(c.relpartbound, c.oid) as expr) b
-    where i.inhparent = 'commitfeed.feed'::regclass`.execute(db);
+    -- A partition dropped while this statement runs is still in its snapshot of the catalog, but
+    -- pg_get_expr finds no relation by then and answers null: it is gone, not listed.
+    where i.inhparent = 'commitfeed.feed'::regclass and b.expr is not null`.execute(db);
   return rows
     .map((r) => ({
       name: r.name,

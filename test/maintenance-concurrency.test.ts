@@ -1,0 +1,143 @@
+// Migrations, start-up and maintenance against each other and against another instance's janitor:
+// start-ups (migrate) and `npm run maint` runs (migrate, a janitor pass, feed statistics), each in
+// sessions of its own as a new process has, in a loop while a service's janitor drops partitions.
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import t from 'tap';
+import { loadConfig } from '../src/config/config.ts';
+import type { Database } from '../src/db/database.ts';
+import { migrate } from '../src/db/migrate.ts';
+import { feedStats, listPartitions } from '../src/retention/partitions.ts';
+import { buildJanitor } from '../src/server.ts';
+import { sleep, sqlClient, testDatabase, until } from './helpers.ts';
+
+const MINUTE = 60_000;
+/** Partitions the service's janitor drops in its pass (one transaction each) while the loops run. */
+const TO_DROP = 60;
+/** The application's own tables in the same database (commitfeed beside an outbox's tables). */
+const APP_TABLES = 50;
+/** Start-ups, and maint runs, at most (each migration run holds off the janitor's next drop). */
+const RUNS = 6;
+const quiet = { warn() {}, info() {} };
+
+/** Runs `fn` on a pool of its own, as another process would: new sessions, nothing cached. */
+async function inNewSessions<R>(url: string, fn: (db: Kysely<Database>) => Promise<R>): Promise<R> {
+  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  pool.on('error', () => {});
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  try {
+    return await fn(db);
+  } finally {
+    await db.destroy();
+  }
+}
+
+/**
+ * Calls `fn` RUNS times, or fewer when `done` settles first (at least once, though); returns how
+ * many calls succeeded and the failures.
+ */
+async function loop(
+  done: Promise<unknown>,
+  fn: () => Promise<void>,
+): Promise<{ ok: number; failures: string[] }> {
+  let finished = false;
+  const stop = () => {
+    finished = true;
+  };
+  done.then(stop, stop);
+  const out = { ok: 0, failures: [] as string[] };
+  do {
+    await fn().then(
+      () => out.ok++,
+      (err: Error) => out.failures.push(err.message),
+    );
+    // Start-ups come one after another, not back to back: room for the janitor's drops between them.
+    await sleep(100);
+  } while (!finished && out.ok + out.failures.length < RUNS);
+  return out;
+}
+
+t.test('start-ups and maint runs beside a janitor dropping partitions', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const db = sqlClient(t, dbUrl);
+  const config = {
+    ...loadConfig({}),
+    databaseUrl: dbUrl,
+    janitorIntervalMs: 0,
+    partitionIntervalMs: MINUTE,
+    partitionPremake: 1,
+    retentionMs: MINUTE,
+  };
+  // TO_DROP minute partitions after the migration's. A catalog look-up reads tables in the catalog's
+  // order: they are made newest first (and after the application's tables), so the oldest, which the
+  // janitor drops first, are read last, and every drop during a look-up falls inside it.
+  const start = Math.max(...(await listPartitions(db)).map((p) => p.to ?? 0));
+  await sql`do $$ begin
+      create schema app;
+      for i in 1..${sql.lit(APP_TABLES)} loop
+        execute format('create table app.t%s (a int8, b text, c int8, d text, e jsonb)', i);
+      end loop;
+      for i in reverse ${sql.lit(TO_DROP - 1)}..0 loop
+        execute format('create table commitfeed.%I partition of commitfeed.feed for values from (%L) to (%L)',
+          'feed_p' || to_char(${sql.lit(new Date(start).toISOString())}::timestamptz at time zone 'UTC'
+                              + i * interval '1 minute', 'YYYYMMDD_HH24MISS'),
+          ${sql.lit(new Date(start).toISOString())}::timestamptz + i * interval '1 minute',
+          ${sql.lit(new Date(start).toISOString())}::timestamptz + (i + 1) * interval '1 minute');
+      end loop;
+    end $$`.execute(db);
+
+  // The service's pass, with its clock past them all: TO_DROP drops, one transaction each.
+  const service = buildJanitor(db, config, quiet);
+  const before = (await listPartitions(db)).length;
+  const pass = service.runOnce(new Date(start + (TO_DROP + 1) * MINUTE));
+  // The loops start once it drops (it holds the janitor's lock by then: maint's passes are skipped).
+  await until(async () => (await listPartitions(db)).length < before, 10_000, 'the first drop');
+  let passEnded = 0;
+  const ended = () => {
+    passEnded = Date.now();
+  };
+  pass.then(ended, ended);
+  // Bounded: a pass that does not end fails the test rather than looping on.
+  const done = Promise.race([
+    pass,
+    new Promise((_, reject) =>
+      setTimeout(() => reject(new Error('the janitor pass took over 20 s')), 20_000).unref(),
+    ),
+  ]);
+
+  // Replicas starting (a rolling deploy): migrations, in new sessions each time.
+  let firstStartup = 0;
+  const startups = loop(done, async () => {
+    await inNewSessions(dbUrl, migrate);
+    firstStartup ||= Date.now();
+  });
+  // `npm run maint -- run` (its pass is skipped: the service holds the janitor's lock) and `-- stats`.
+  const maint = loop(done, () =>
+    inNewSessions(dbUrl, async (d) => {
+      await migrate(d);
+      const run = await buildJanitor(d, config, quiet).runOnce();
+      if (run.errors.length > 0) throw new Error(`maint run: ${run.errors.join('; ')}`);
+      const stats = await feedStats(d);
+      // Only feed_history lacks bounds (MINVALUE); a partition listed as it was dropped must not show.
+      const odd = stats.partitions.filter((p) => !p.isDefault && p.to === null && p.name !== 'feed_history');
+      if (odd.length > 0) throw new Error(`stats: partitions without bounds: ${odd.map((p) => p.name)}`);
+    }),
+  );
+
+  const run = await done.then(() => pass);
+  const [s, m] = await Promise.all([startups, maint]);
+  t.same(run.errors, [], 'the janitor pass made no errors');
+  t.ok(
+    run.dropped.length >= TO_DROP,
+    `it dropped ${run.dropped.length} partitions meanwhile, in ${run.durationMs} ms`,
+  );
+  t.same(s.failures.slice(0, 3), [], `every start-up migrated (${s.ok} of ${s.ok + s.failures.length} did)`);
+  t.same(
+    m.failures.slice(0, 3),
+    [],
+    `every maint run and stats succeeded (${m.ok} of ${m.ok + m.failures.length} did)`,
+  );
+  t.ok(s.ok + s.failures.length >= 2 && m.ok + m.failures.length >= 2, 'the loops went round');
+  // The migrations lock is taken per partition, never for the whole pass.
+  t.ok(firstStartup > 0 && firstStartup < passEnded, 'a start-up finished while the pass went on');
+});
