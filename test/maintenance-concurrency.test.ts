@@ -1,6 +1,7 @@
 // Migrations, start-up and maintenance against each other and against another instance's janitor:
 // start-ups (migrate) and `npm run maint` runs (migrate, a janitor pass, feed statistics), each in
-// sessions of its own as a new process has, in a loop while a service's janitor drops partitions.
+// sessions of its own as a new process has, in a loop while a service's janitor drops partitions;
+// and the janitor's partition changes beside a migration run.
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import t from 'tap';
@@ -9,9 +10,10 @@ import type { Database } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { feedStats, listPartitions } from '../src/retention/partitions.ts';
 import { buildJanitor } from '../src/server.ts';
-import { sleep, sqlClient, testDatabase, until } from './helpers.ts';
+import { pgClient, sleep, sqlClient, testDatabase, until } from './helpers.ts';
 
 const MINUTE = 60_000;
+const DAY = 86_400_000;
 /** Partitions the service's janitor drops in its pass (one transaction each) while the loops run. */
 const TO_DROP = 60;
 /** The application's own tables in the same database (commitfeed beside an outbox's tables). */
@@ -140,4 +142,36 @@ t.test('start-ups and maint runs beside a janitor dropping partitions', async (t
   t.ok(s.ok + s.failures.length >= 2 && m.ok + m.failures.length >= 2, 'the loops went round');
   // The migrations lock is taken per partition, never for the whole pass.
   t.ok(firstStartup > 0 && firstStartup < passEnded, 'a start-up finished while the pass went on');
+});
+
+t.test('partitions are neither made nor dropped while a migration runs', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const db = sqlClient(t, dbUrl);
+  const config = {
+    ...loadConfig({}),
+    databaseUrl: dbUrl,
+    janitorIntervalMs: 0,
+    janitorLockTimeoutMs: 200,
+    retentionMs: DAY,
+  };
+  const janitor = buildJanitor(db, config, quiet);
+  // Three days on: today's partition is past the retention of 1 day, and a partition is due.
+  const later = new Date(Date.now() + 3 * DAY);
+  const names = async () => (await listPartitions(db)).map((p) => p.name);
+  const before = await names();
+  // A migration run in progress (another instance starting) holds the migrations lock.
+  const migrating = await pgClient(t, dbUrl);
+  await migrating.query(`select pg_advisory_lock(hashtext('commitfeed.migrations'))`);
+  let run = await janitor.runOnce(later);
+  t.same([run.created, run.dropped], [[], []], 'nothing made or dropped meanwhile');
+  t.match(
+    run.errors,
+    [/^partitions: migrations are running/, /^retention: migrations are running/],
+    'and it says why',
+  );
+  t.same(await names(), before, 'the partitions are as they were');
+  await migrating.query(`select pg_advisory_unlock(hashtext('commitfeed.migrations'))`);
+  run = await janitor.runOnce(later);
+  t.same(run.errors, [], 'the next pass does it');
+  t.ok(run.created.length > 0 && run.dropped.length > 0, `made ${run.created} and dropped ${run.dropped}`);
 });

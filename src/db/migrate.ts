@@ -8,7 +8,8 @@
  *
  * Several instances may start at once: the whole run happens on one connection holding a session
  * advisory lock, so exactly one instance migrates and the others wait, then find nothing to do (the
- * functions are applied again, which changes nothing). The Migrator looks in the catalog only by
+ * functions are applied again, which changes nothing). The janitor's partition changes take the same
+ * lock (src/db/locks.ts: the locks and their order), and the Migrator looks in the catalog only by
  * reads that a table dropped meanwhile cannot fail (ownSchemaTables).
  */
 import { readdir, readFile } from 'node:fs/promises';
@@ -25,6 +26,7 @@ import {
   type TableMetadata,
 } from 'kysely';
 import { SCHEMA } from './database.ts';
+import { MIGRATIONS_LOCK } from './locks.ts';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 /** src/sql beside this file; in a build, dist/src/sql (`npm run build` copies it: tsc copies no .sql). */
@@ -49,7 +51,6 @@ export const SQL_FUNCTIONS = [
   'mercure-publish',
   'floor-mark',
 ] as const;
-const LOCK_KEY = 'commitfeed.migrations';
 
 class FolderProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
@@ -123,7 +124,7 @@ function ownSchemaTables(db: Kysely<any>): DatabaseIntrospector {
 // biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema
 export async function migrate(db: Kysely<any>): Promise<string[]> {
   return db.connection().execute(async (conn) => {
-    await sql`select pg_advisory_lock(hashtext(${LOCK_KEY}))`.execute(conn);
+    await sql`select pg_advisory_lock(hashtext(${MIGRATIONS_LOCK}))`.execute(conn);
     try {
       await sql`create schema if not exists ${sql.id(SCHEMA)}`.execute(conn);
       const provider = new FolderProvider();
@@ -150,7 +151,7 @@ export async function migrate(db: Kysely<any>): Promise<string[]> {
       }
       return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
     } finally {
-      await sql`select pg_advisory_unlock(hashtext(${LOCK_KEY}))`.execute(conn);
+      await sql`select pg_advisory_unlock(hashtext(${MIGRATIONS_LOCK}))`.execute(conn);
     }
   });
 }

@@ -9,11 +9,13 @@
  *
  * Lifecycle: one per process, built and started by the server (src/server.ts) after the feed. Every `janitorIntervalMs` (and once at start) it
  * tries a session advisory lock on a connection of its own: exactly one instance does maintenance at
- * a time, the others skip that run (`stats.skipped`). `runOnce()` does one pass now (the operator
- * command and tests call it, with a `now` of their choosing). Between runs, every 10 s, a statistics
- * check ANALYZEs tables that at least doubled since their last analyze (a fresh feed on a database
- * with autovacuum off would otherwise run up to a whole interval without statistics); it needs no
- * lock (ANALYZE does not block writes); a failed check is logged and retried at the next one.
+ * a time, the others skip that run (`stats.skipped`); a partition change also waits for a migration
+ * run in progress (src/db/locks.ts has the locks and their order). `runOnce()` does one pass now
+ * (the operator command and tests call it, with a `now` of their choosing). Between runs, every
+ * 10 s, a statistics check ANALYZEs tables that at least doubled since their last analyze (a fresh
+ * feed on a database with autovacuum off would otherwise run up to a whole interval without
+ * statistics); it needs no lock (ANALYZE does not block writes); a failed check is logged and
+ * retried at the next one.
  * `stop()` cancels the timers and waits for a run or check in progress.
  * Failure: every step is its own short transaction with a lock timeout, so a busy feed costs a
  * skipped step, not a stalled publish; a failed step is logged and recorded in
@@ -25,6 +27,7 @@ import { type Kysely, sql } from 'kysely';
 import type { Config } from '../config/config.ts';
 import type { Database } from '../db/database.ts';
 import type { Db } from '../db/database.ts';
+import { JANITOR_LOCK } from '../db/locks.ts';
 import {
   type DropHook,
   type Loss,
@@ -89,7 +92,6 @@ export interface JanitorRun {
   durationMs: number;
 }
 
-const LOCK_KEY = 'commitfeed.janitor';
 /** How often the statistics check runs between maintenance runs (see analyzeChanged's 'doubled'). */
 const STATS_CHECK_MS = 10_000;
 
@@ -194,7 +196,7 @@ export class Janitor {
     };
     await this.db.connection().execute(async (conn) => {
       const { rows } = await sql<{ ok: boolean }>`
-        select pg_try_advisory_lock(hashtext(${LOCK_KEY})) as ok`.execute(conn);
+        select pg_try_advisory_lock(hashtext(${JANITOR_LOCK})) as ok`.execute(conn);
       if (!rows[0].ok) {
         this.stats.skipped++;
         return;
@@ -205,7 +207,7 @@ export class Janitor {
         run.durationMs = Date.now() - started;
         await record(conn, started, run).catch((err: Error) => run.errors.push(`record: ${err.message}`));
       } finally {
-        await sql`select pg_advisory_unlock(hashtext(${LOCK_KEY}))`.execute(conn).catch(() => {});
+        await sql`select pg_advisory_unlock(hashtext(${JANITOR_LOCK}))`.execute(conn).catch(() => {});
       }
     });
     run.durationMs = Date.now() - started;

@@ -8,6 +8,7 @@
  */
 import { type RawBuilder, sql } from 'kysely';
 import type { Db } from '../db/database.ts';
+import { lockSchemaChanges } from '../db/locks.ts';
 import type { Cursor } from '../feed/cursor.ts';
 import { readTrimMark } from '../feed/queries/trim-mark.ts';
 
@@ -83,12 +84,14 @@ export async function listPartitions(db: Db): Promise<Partition[]> {
  * an ACCESS EXCLUSIVE lock on the feed; ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE (inserts and
  * reads go on). The indexes are created by ATTACH, on an empty table. Returns false when the default
  * partition already holds rows in that range (ATTACH would fail): those stay in the default partition.
+ * Like a drop, it waits (at most `lockTimeoutMs`) for a migration run to end (src/db/locks.ts).
  */
 export async function createPartition(db: Db, from: Date, to: Date, lockTimeoutMs: number): Promise<boolean> {
   const name = partitionName(from);
   const table = sql.id('commitfeed', name);
   return db.transaction().execute(async (trx) => {
     await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(trx);
+    await lockSchemaChanges(trx);
     const { rows } = await sql<{ taken: boolean }>`
       select exists (select 1 from commitfeed.feed_default
                      where created_at >= ${from.toISOString()}::timestamptz
@@ -110,6 +113,7 @@ export async function createPartition(db: Db, from: Date, to: Date, lockTimeoutM
  * EXCLUSIVE lock on the feed for the few milliseconds of the drop; it is taken first (the order every
  * reader and writer uses: parent, then partitions) and waits at most `lockTimeoutMs` — publishes
  * queue behind it meanwhile, then proceed; on timeout nothing changes and the next run tries again.
+ * Before it, the migrations lock (src/db/locks.ts): no partition is dropped while a migration runs.
  * Returns the partition's highest cursor (null when it was empty). `onDrop` (see DropHook) runs in the
  * same transaction before the drop; its losses are added to `lost`.
  */
@@ -123,6 +127,7 @@ export async function dropPartition(
   const table = sql.id('commitfeed', part.name);
   return db.transaction().execute(async (trx) => {
     await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(trx);
+    await lockSchemaChanges(trx);
     await sql`lock table commitfeed.feed in access exclusive mode`.execute(trx);
     // After the lock: every transaction that wrote to the partition has finished, and this statement's
     // snapshot sees all of them.
