@@ -1,14 +1,15 @@
 // Migrations, start-up and maintenance against each other and against another instance's janitor:
 // start-ups (migrate) and `npm run maint` runs (migrate, a janitor pass, feed statistics), each in
 // sessions of its own as a new process has, in a loop while a service's janitor drops partitions;
-// and the janitor's partition changes beside a migration run.
+// the janitor's partition changes beside a migration run; and a statistics check that finds a
+// partition gone between listing it and analysing it.
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import t from 'tap';
 import { loadConfig } from '../src/config/config.ts';
 import type { Database } from '../src/db/database.ts';
 import { migrate } from '../src/db/migrate.ts';
-import { feedStats, listPartitions } from '../src/retention/partitions.ts';
+import { analyzeChanged, dropPartition, feedStats, listPartitions } from '../src/retention/partitions.ts';
 import { buildJanitor } from '../src/server.ts';
 import { pgClient, sleep, sqlClient, testDatabase, until } from './helpers.ts';
 
@@ -174,4 +175,56 @@ t.test('partitions are neither made nor dropped while a migration runs', async (
   run = await janitor.runOnce(later);
   t.same(run.errors, [], 'the next pass does it');
   t.ok(run.created.length > 0 && run.dropped.length > 0, `made ${run.created} and dropped ${run.dropped}`);
+});
+
+t.test('a statistics check skips a partition dropped after it was listed', async (t) => {
+  const dbUrl = await testDatabase(t);
+  const db = sqlClient(t, dbUrl);
+  const parts = await listPartitions(db);
+  const doomed = parts.filter((p) => p.from !== null && p.to !== null).at(-1)!;
+  // 1,000 rows each in feed_keys and in the partition to drop: both due for an ANALYZE, in name
+  // order (feed_keys first). Autovacuum stays off them, so only the check analyses them.
+  await db.connection().execute(async (conn) => {
+    for (const table of ['feed_keys', doomed.name]) {
+      await sql`alter table ${sql.id('commitfeed', table)} set (autovacuum_enabled = false)`.execute(conn);
+    }
+    await sql`insert into commitfeed.feed_keys (stream, key, txid, id)
+              select 's', g::text, '1', g from generate_series(1, 1000) g`.execute(conn);
+    await sql`insert into commitfeed.feed (stream, data, created_at)
+              select 's', '1', ${new Date(doomed.from!).toISOString()}::timestamptz
+              from generate_series(1, 1000)`.execute(conn);
+    await sql`select pg_stat_force_next_flush()`.execute(conn);
+  });
+  const due = async () =>
+    (
+      await sql<{ n: number }>`
+        select count(*)::int as n from pg_stat_user_tables
+        where schemaname = 'commitfeed' and relname in ('feed_keys', ${doomed.name})
+          and n_mod_since_analyze >= 1000`.execute(db)
+    ).rows[0].n === 2;
+  await until(due, 10_000, 'the statistics of both tables');
+  // The check waits to analyse feed_keys (held by this session) while the partition is dropped.
+  const holder = await pgClient(t, dbUrl);
+  await holder.query('begin');
+  await holder.query('lock table commitfeed.feed_keys in share update exclusive mode');
+  const check = analyzeChanged(db).then(
+    (analyzed) => ({ analyzed, error: null as string | null }),
+    (err: Error) => ({ analyzed: [] as string[], error: err.message }),
+  );
+  await until(
+    async () =>
+      (
+        await sql<{ n: number }>`
+          select count(*)::int as n from pg_stat_activity
+          where wait_event_type = 'Lock' and query ilike 'analyze%feed_keys%'`.execute(db)
+      ).rows[0].n === 1,
+    10_000,
+    'the check to wait for feed_keys',
+  );
+  await dropPartition(db, doomed, 5_000);
+  await holder.query('commit');
+  const { analyzed, error } = await check;
+  t.equal(error, null, 'the check did not fail');
+  t.ok(analyzed.includes('commitfeed.feed_keys'), 'it analysed what is still there');
+  t.notOk(analyzed.includes(`commitfeed.${doomed.name}`), 'and skipped the dropped partition');
 });

@@ -14,8 +14,8 @@
  * (the operator command and tests call it, with a `now` of their choosing). Between runs, every
  * 10 s, a statistics check ANALYZEs tables that at least doubled since their last analyze (a fresh
  * feed on a database with autovacuum off would otherwise run up to a whole interval without
- * statistics); it needs no lock (ANALYZE does not block writes); a failed check is logged and
- * retried at the next one.
+ * statistics); it needs no lock (ANALYZE does not block writes; a partition another instance drops
+ * meanwhile is skipped); a failed check is logged and retried at the next one.
  * `stop()` cancels the timers and waits for a run or check in progress.
  * Failure: every step is its own short transaction with a lock timeout, so a busy feed costs a
  * skipped step, not a stalled publish; a failed step is logged and recorded in

@@ -6,8 +6,8 @@
  * UTC lower bound (`feed_p20260102_000000`); `feed_history` holds rows that predate partitioning and
  * `feed_default` catches rows no partition covers (only if the janitor fell behind).
  */
-import { type RawBuilder, sql } from 'kysely';
-import type { Db } from '../db/database.ts';
+import { type Kysely, type RawBuilder, sql } from 'kysely';
+import type { Database, Db } from '../db/database.ts';
 import { lockSchemaChanges } from '../db/locks.ts';
 import type { Cursor } from '../feed/cursor.ts';
 import { readTrimMark } from '../feed/queries/trim-mark.ts';
@@ -214,10 +214,10 @@ export async function trimKeys(db: Db, before: Date, batch = 5000, maxBatches = 
  * by at least as many rows as the table held at its last analyze, so a fresh, fast-growing partition
  * gets statistics at about 1,000, 2,000, 4,000... rows rather than up to a JANITOR_INTERVAL late,
  * for about log2(rows) analyses in all.
- * Returns the tables analysed.
+ * Returns the tables analysed. Takes no transaction: a table dropped meanwhile is skipped by its error.
  */
 export async function analyzeChanged(
-  db: Db,
+  db: Kysely<Database>,
   minRows = 1000,
   rule: 'changed' | 'doubled' = 'changed',
 ): Promise<string[]> {
@@ -229,8 +229,18 @@ export async function analyzeChanged(
         rule === 'changed' ? sql`n_live_tup / 10` : sql`n_live_tup - n_mod_since_analyze`
       })
     order by relname`.execute(db);
-  for (const r of rows) await sql`analyze ${sql.raw(r.name)}`.execute(db);
-  return rows.map((r) => r.name);
+  const analyzed: string[] = [];
+  for (const r of rows) {
+    try {
+      await sql`analyze ${sql.raw(r.name)}`.execute(db);
+      analyzed.push(r.name);
+    } catch (err) {
+      // Dropped since it was listed (a janitor's partition drop, maybe another instance's): skipped,
+      // and the tables after it are still analysed.
+      if ((err as { code?: string }).code !== '42P01') throw err;
+    }
+  }
+  return analyzed;
 }
 
 export interface FeedStats {
