@@ -104,11 +104,12 @@ export async function listAttempts(
     error: string | null;
     response: string | null;
   }>`
-    select id::text as id, event_id, attempt, at, ok, status, latency_ms, error, response
-    from commitfeed.webhook_attempts
-    where endpoint = ${endpoint} and (${opts.eventId ?? null}::text is null or event_id = ${opts.eventId ?? null})
-      and (${opts.before ?? null}::int8 is null or id < ${opts.before ?? null}::int8)
-    order by id desc limit ${opts.limit}`.execute(db);
+    select a.id::text as id, a.event_id, a.attempt, a.at, a.ok, a.status, a.latency_ms, a.error, a.response
+    from commitfeed.webhook_attempts a
+    where a.endpoint = ${endpoint} and (${opts.eventId ?? null}::text is null or a.event_id = ${opts.eventId ?? null})
+      and (${opts.before ?? null}::int8 is null or a.id < ${opts.before ?? null}::int8)
+    -- Qualified: a bare \`id\` would name the text output and sort "99" before "100".
+    order by a.id desc limit ${opts.limit}`.execute(db);
   return rows.map((r) => ({
     id: r.id,
     eventId: r.event_id,

@@ -32,9 +32,11 @@ export async function resendEvent(db: Db, sub: string, eventId: Cursor): Promise
 export function resendFailed(db: Db, queue: string, since: Date): Promise<number> {
   return inTransaction(db, async (trx) => {
     const { rows } = await sql<{ id: string }>`
-      select id::text as id from commitfeed.jobs
-      where queue = ${queue} and state = 'dead' and dead_at >= ${since.toISOString()}::timestamptz
-      order by id for update`.execute(trx);
+      select j.id::text as id from commitfeed.jobs j
+      where j.queue = ${queue} and j.state = 'dead' and j.dead_at >= ${since.toISOString()}::timestamptz
+      -- In job order (each retry's run_at is the order claims take them again); qualified, as a bare
+      -- \`id\` would name the text output and put job 10 before job 9.
+      order by j.id for update`.execute(trx);
     for (const r of rows) await retryDead(trx, queue, r.id);
     return rows.length;
   });
