@@ -16,7 +16,6 @@ import {
   startTestServer,
   testDatabase,
   until,
-  untagged,
 } from './helpers.ts';
 
 // The batcher takes events toEventInput() checked; these are valid by construction.
@@ -55,16 +54,16 @@ t.test('out-of-order commits: a lower id committing last is delivered, in (txid,
 
   const got = await sse.waitFor(2, 5000);
   t.same(
-    got.map((m) => [untagged(m.id!), m.data]),
+    got.map((m) => [m.id, m.data]),
     [
       [aRes.id, '"A"'],
-      [untagged(b.body.id), '"B"'],
+      [b.body.id, '"B"'],
     ],
     'both delivered, in feed order',
   );
   t.same(
-    (await feedRows(db)).map((r) => untagged(r.cursor)),
-    [aRes.id, untagged(b.body.id)],
+    (await feedRows(db)).map((r) => r.cursor),
+    [aRes.id, b.body.id],
     'the SSE order is the table order by (txid, id)',
   );
 });
@@ -91,8 +90,8 @@ t.test('a transaction that got its xid early but inserted late orders by txid, n
   t.ok(cursorId(e.id) > cursorId(later.body.id), 'the early transaction has the higher id');
   const got = await sse.waitFor(2, 5000);
   t.same(
-    got.map((m) => untagged(m.id!)),
-    [e.id, untagged(later.body.id)],
+    got.map((m) => m.id),
+    [e.id, later.body.id],
     'delivered by (txid, id): the early xid first, although its id is higher',
   );
 });
@@ -172,11 +171,11 @@ t.test(
     // Committed by another writer (no local poke) while the listener is down: its notify is lost.
     const [during] = await appendEvents(db, [ev('l', 'while down')]);
     const got = await sse.waitFor(1, 8000);
-    t.equal(untagged(got[0].id!), during.id, 'delivered after the reconnect');
+    t.equal(got[0].id, during.id, 'delivered after the reconnect');
     t.ok(server.feed.listener.stats.reconnects >= 1, 'reconnected');
     t.not(server.feed.listener.pid, pid, 'on a new connection');
     const [after] = await appendEvents(db, [ev('l', 'after')]);
-    t.equal(untagged((await sse.waitFor(2, 5000))[1].id!), after.id, 'notifications flow again');
+    t.equal((await sse.waitFor(2, 5000))[1].id, after.id, 'notifications flow again');
     const ready = await fetch(`${server.url}/readyz`);
     t.equal(ready.status, 200);
   },

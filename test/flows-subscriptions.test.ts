@@ -6,7 +6,7 @@ import { type Kysely, sql } from 'kysely';
 import t from 'tap';
 import { type Database, createDatabase } from '../src/db/database.ts';
 import { Follower } from '../src/flows/follower.ts';
-import { pgClient, publish, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
+import { feedTag, pgClient, publish, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 import { type Body, api, claim } from './queue-helpers.ts';
 
 const HOUR = 3_600_000;
@@ -30,12 +30,13 @@ async function jobsOf(db: Kysely<Database>, queue: string): Promise<JobRow[]> {
   return rows;
 }
 
-/** Every event of `stream` in feed order (txid, id), as cursors. */
+/** Every event of `stream` in feed order (txid, id), as cursors (tagged, as the jobs carry them). */
 async function eventsOf(db: Kysely<Database>, stream: string): Promise<string[]> {
+  const tag = await feedTag(db);
   const { rows } = await sql<{ c: string }>`
     select txid::text || '-' || id::text as c from commitfeed.feed where stream = ${stream}
     order by txid, id`.execute(db);
-  return rows.map((r) => r.c);
+  return rows.map((r) => `${r.c}.${tag}`);
 }
 
 const subscribe = (base: string, body: object) => api(base, 'POST', '/v1/subscriptions', body);

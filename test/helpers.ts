@@ -303,8 +303,7 @@ export async function feedTag(db: Kysely<Database>): Promise<string> {
 }
 
 /** A cursor's position as `<txid>-<id>` (and the stream an event id names), without the feed's tag:
- * to compare the service's cursors with those the library API (appendEvents, commitfeed.publish)
- * returns, which carry none. */
+ * as clients kept cursors before the tag existed. */
 export function untagged(cursor: string): string {
   const c = parseCursor(cursor);
   if (c === undefined) throw new Error(`not a cursor: ${cursor}`);

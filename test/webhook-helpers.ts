@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { type Kysely, sql } from 'kysely';
 import { type Config, loadConfig } from '../src/config/config.ts';
 import type { Database } from '../src/db/database.ts';
-import { freePort, within } from './helpers.ts';
+import { feedTag, freePort, within } from './helpers.ts';
 
 const RECEIVER = fileURLToPath(new URL('./fixtures/webhook-receiver.mjs', import.meta.url));
 
@@ -136,10 +136,13 @@ export class Receiver {
   }
 }
 
-/** The cursors of the committed events of streams matching `re` (a PostgreSQL regexp), in feed order. */
-export async function committed(db: Kysely<Database>, re: string): Promise<string[]> {
+/** The cursors (tagged: the webhook-ids) of the committed events of streams matching `re` (a
+ * PostgreSQL regexp) and, given, of type `type`, in feed order. */
+export async function committed(db: Kysely<Database>, re: string, type?: string): Promise<string[]> {
+  const tag = await feedTag(db);
   const { rows } = await sql<{ c: string }>`
-    select txid::text || '-' || id::text as c from commitfeed.feed where stream ~ ${re}
+    select txid::text || '-' || id::text as c from commitfeed.feed
+    where stream ~ ${re} and (${type ?? null}::text is null or type = ${type ?? null})
     order by txid, id`.execute(db);
-  return rows.map((r) => r.c);
+  return rows.map((r) => `${r.c}.${tag}`);
 }

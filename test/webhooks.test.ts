@@ -264,12 +264,7 @@ t.test('concurrent: every event once after deduplication; 410 disables; enabling
   });
   for (let i = 0; i < 10; i++)
     await publish(server.url, 'jobs', [...events(20, i * 20), { type: 'skipped', data: 0 }]);
-  const want = (
-    await sql<{ c: string }>`
-    select txid::text || '-' || id::text as c from commitfeed.feed where stream = 'jobs' and type = 'created'`.execute(
-      db,
-    )
-  ).rows.map((r) => r.c);
+  const want = await committed(db, '^jobs$', 'created');
   // A delivery whose settlement failed (the database refusing a connection, say) waits for its
   // lease: 2 s of timeout + 5 s, on a loaded machine more.
   const delivered = (n: number, what: string) =>

@@ -39,6 +39,7 @@ export const SQL_FUNCTIONS = [
   'append-plain',
   'tail-clear',
   'append-unchecked',
+  'cursor-suffix',
   'append',
   'publish',
   'enqueue-jobs-unchecked',

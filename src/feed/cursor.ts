@@ -13,7 +13,8 @@
  * two million wraparound epochs, and ids stay far below 2^53.
  *
  * This file is the one place that parses and formats cursor text; everything else treats it as
- * opaque (SQL that writes cursor text takes the tag as an argument: frames.ts).
+ * opaque (SQL that writes cursor text takes the tag as an argument, frames.ts, or from
+ * commitfeed.cursor_suffix(), src/sql/cursor-suffix.sql, which derives it as epochTag does).
  */
 import { NAME_PATTERN } from './names.ts';
 
@@ -68,7 +69,8 @@ export function tagSuffix(tag: string | undefined): string {
   return tag === undefined || tag === '' ? '' : `.${tag}`;
 }
 
-/** Adds a feed's tag to the untagged cursor text the SQL functions return (commitfeed.append). */
+/** Adds a feed's tag to untagged cursor text (the group commit's SQL functions return it so, as does
+ * a stream subscription's stored cursor). */
 export function tagCursorText(untagged: string, tag: string): string {
   return `${untagged}${tagSuffix(tag)}`;
 }

@@ -58,7 +58,8 @@ export class FeedHistory {
     return this.ownSuffix;
   }
 
-  /** Append results (their cursors as the SQL functions return them, untagged) with this feed's tag. */
+  /** Append results (their cursors as the group commit's SQL functions return them, untagged: see
+   * src/sql/cursor-suffix.sql) with this feed's tag. */
   tagged(results: AppendResult[]): AppendResult[] {
     for (const r of results) r.id = tagCursorText(r.id, this.ownTag);
     return results;

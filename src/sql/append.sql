@@ -5,7 +5,8 @@
 -- the same rules in TypeScript.
 --
 -- Set-based: one call appends a whole batch. Returns one row per input, in input order: the event's
--- cursor and whether it was a duplicate (its key already taken in the stream within the dedup window,
+-- cursor (tagged with the feed, `<txid>-<id>.<tag>`, as every answer of the service: see
+-- cursor-suffix.sql) and whether it was a duplicate (its key already taken in the stream within the dedup window,
 -- or repeated earlier in the same call: the original event's cursor is returned and nothing is
 -- appended). The notify is delivered at the caller's COMMIT and dropped with its ROLLBACK; calls that
 -- add nothing (all duplicates) do not notify.
@@ -15,6 +16,7 @@ language plpgsql
 as $fn$
 declare
   n int := coalesce(cardinality(streams), 0);
+  suffix text;
 begin
   if n = 0 then
     return;
@@ -37,6 +39,8 @@ begin
                                 else s.stream end as name) nm
       order by s.i));
 
-  return query select u.cursor, u.duplicate from commitfeed.append_unchecked(streams, types, keys, datas) u;
+  suffix := commitfeed.cursor_suffix();
+  return query select u.cursor || suffix, u.duplicate
+               from commitfeed.append_unchecked(streams, types, keys, datas) u;
 end
 $fn$;

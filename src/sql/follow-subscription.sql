@@ -1,12 +1,15 @@
 -- The job payload of one event: data last, as written (json keeps its text), so a consumer may
--- forward the event's data byte for byte (src/webhooks/ does).
+-- forward the event's data byte for byte (src/webhooks/ does). `suffix`: commitfeed.cursor_suffix(),
+-- taken once by the caller, so that the event's cursor has the form of every other answer's.
+-- Its first form (without the suffix) wrote untagged cursors; a call of it now fails rather than do so.
+drop function if exists commitfeed.follow_payload(text, text, text, text, xid8, bigint, timestamptz, json);
 create or replace function commitfeed.follow_payload(sub_name text, stream text, type text, key text,
-  txid xid8, id bigint, created_at timestamptz, data json)
+  txid xid8, id bigint, suffix text, created_at timestamptz, data json)
 returns json
 language sql stable
 as $fn$
   select json_build_object('subscription', sub_name, 'stream', stream, 'type', type, 'key', key,
-                           'cursor', txid::text || '-' || id::text,
+                           'cursor', txid::text || '-' || id::text || suffix,
                            'time', to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                            'data', data)
 $fn$;
@@ -36,6 +39,7 @@ declare
   last_txid xid8;
   last_id bigint;
   n int;
+  suffix text;
 begin
   -- The feed first, then the stream subscription's row: the janitor takes them in the same order (it
   -- locks the feed to drop a partition, then counts the stream subscription's lost events), so neither
@@ -47,6 +51,7 @@ begin
   if not found then
     return;
   end if;
+  suffix := commitfeed.cursor_suffix();
 
   -- The horizon comes from this statement's snapshot, so a row behind it cannot commit unseen. Every
   -- event of the page moves the cursor; only those of the wanted types become jobs. A stream
@@ -56,7 +61,7 @@ begin
     select count(*)::int,
            (array_agg(p.txid order by p.txid desc, p.id desc))[1],
            (array_agg(p.id order by p.txid desc, p.id desc))[1],
-           array_agg(commitfeed.follow_payload(s.name, p.stream, p.type, p.key, p.txid, p.id, p.created_at, p.data)
+           array_agg(commitfeed.follow_payload(s.name, p.stream, p.type, p.key, p.txid, p.id, suffix, p.created_at, p.data)
                      order by p.txid, p.id) filter (where s.type is null or p.type = s.type)
     into n_read, last_txid, last_id, payloads
     from (
@@ -72,7 +77,7 @@ begin
     select count(*)::int,
            (array_agg(p.txid order by p.txid desc, p.id desc))[1],
            (array_agg(p.id order by p.txid desc, p.id desc))[1],
-           array_agg(commitfeed.follow_payload(s.name, p.stream, p.type, p.key, p.txid, p.id, p.created_at, p.data)
+           array_agg(commitfeed.follow_payload(s.name, p.stream, p.type, p.key, p.txid, p.id, suffix, p.created_at, p.data)
                      order by p.txid, p.id)
              filter (where p.stream ~ s.pattern and (s.types is null or p.type = any (s.types)))
     into n_read, last_txid, last_id, payloads

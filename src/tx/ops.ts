@@ -117,10 +117,9 @@ export async function runOps(
     return results.map((r) => ({ publish: r }));
   }
   const results = await deps.db.transaction().execute((trx) => runInTransaction(trx, ops));
-  // Our own commit: read now rather than wait for the NOTIFY to come back.
+  // Our own commit: read now rather than wait for the NOTIFY to come back. (commitfeed.append's
+  // cursors carry the feed's tag already, as the batcher's results do.)
   deps.feed.tailer.wake();
-  // Cursors carry the feed's tag, as the batcher's results do (src/feed/history.ts).
-  deps.feed.history.tagged(results.flatMap((r) => ('publish' in r ? [r.publish] : [])));
   return results;
 }
 

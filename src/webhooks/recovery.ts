@@ -21,7 +21,8 @@ export async function resendEvent(db: Db, sub: string, eventId: Cursor): Promise
     join commitfeed.feed f on f.txid = ${String(eventId.txid)}::xid8 and f.id = ${eventId.id}::int8
       and f.stream ~ s.pattern and (s.types is null or f.type = any (s.types))
     cross join lateral commitfeed.enqueue_jobs(array[s.queue],
-      array[commitfeed.follow_payload(s.name, f.stream, f.type, f.key, f.txid, f.id, f.created_at, f.data)],
+      array[commitfeed.follow_payload(s.name, f.stream, f.type, f.key, f.txid, f.id,
+        commitfeed.cursor_suffix(), f.created_at, f.data)],
       array[s.priority], array[0::float8], array[null::timestamptz], array[null::text], array[s.max_attempts],
       array[s.backoff], array[s.group_key]) j
     where s.name = ${sub}`.execute(db);

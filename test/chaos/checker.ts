@@ -198,8 +198,8 @@ interface Ledger {
   retries: number;
 }
 
-/** A cursor without the feed's tag: the service's answers carry it, the SQL functions' do not, and the
- * truth is read from the table; positions are what is compared. */
+/** A cursor without the feed's tag: the writers' answers carry it, the truth is read from the table
+ * without it; positions are what is compared. */
 function position(cursor: string): string {
   const c = parseCursor(cursor);
   return c === undefined ? cursor : formatCursor(c);
