@@ -4,7 +4,7 @@
 import { sql } from 'kysely';
 import t from 'tap';
 import { resendFailed } from '../src/webhooks/recovery.ts';
-import { sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { publish, sqlClient, startTestServer, testDatabase, untagged, until } from './helpers.ts';
 import { type Body, api } from './queue-helpers.ts';
 import { webhookConfig } from './webhook-helpers.ts';
 
@@ -72,4 +72,86 @@ t.test('resending failed deliveries makes them ready again in job order across 9
     ['8', '9', '10', '11', '12'],
     'ready again in job order',
   );
+});
+
+t.test("a webhook-id is the event's id as its publish gave it; inputs take it in either form", async (t) => {
+  const dbUrl = await testDatabase(t);
+  const server = await startTestServer(t, dbUrl, webhookConfig({ WEBHOOK_RETRY_SCHEDULE: '0,1h' }));
+  const db = sqlClient(t, dbUrl);
+  // Nothing listens there: every attempt fails, and is logged with its webhook-id.
+  const made = await api(server.url, 'POST', '/v1/webhooks', {
+    name: 'ids',
+    url: 'http://127.0.0.1:1/',
+    streams: ['s'],
+  });
+  t.equal(made.status, 201, JSON.stringify(made.body));
+  const http = (await publish(server.url, 's', { data: 'http' })).body.id;
+  const viaSql = (await sql<{ id: string }>`select commitfeed.publish('s', '"sql"') as id`.execute(db))
+    .rows[0].id;
+  const log = async (q = '') =>
+    (await api(server.url, 'GET', `/v1/webhooks/ids/attempts${q}`)).body.attempts as Body[];
+  await until(
+    async () => new Set((await log()).map((a) => a.eventId)).size === 2,
+    10_000,
+    'an attempt of each event',
+  );
+  t.same(
+    [...new Set((await log()).map((a) => a.eventId))].sort(),
+    [http, viaSql].sort(),
+    'the webhook-ids are the ids publish returned, over HTTP and in SQL',
+  );
+
+  // An attempt made before webhook ids carried the tag, logged with the untagged id.
+  await sql`
+    insert into commitfeed.webhook_attempts (endpoint, event_id, attempt, at, ok, latency_ms)
+    values ('ids', ${untagged(viaSql)}, 1, clock_timestamp(), true, 1)`.execute(db);
+  for (const id of [http, untagged(http), `${http}/s`]) {
+    const found = await log(`?event=${encodeURIComponent(id)}`);
+    t.ok(found.length > 0 && found.every((a) => a.eventId === http), `?event=${id}: that event's attempts`);
+  }
+  const both = await log(`?event=${viaSql}`);
+  t.same(
+    new Set(both.map((a) => a.eventId)),
+    new Set([viaSql, untagged(viaSql)]),
+    'the attempts logged with either form of the id',
+  );
+
+  const foreign = `${untagged(http)}.${server.feed.history.tag === '00000000' ? '11111111' : '00000000'}`;
+  const resumeFrom = `0-0.${server.feed.history.tag}`;
+  const refused = { status: 409, body: { code: 'cursor_not_in_feed', reason: 'foreign', resumeFrom } };
+  t.match(
+    await api(server.url, 'GET', `/v1/webhooks/ids/attempts?event=${foreign}`),
+    refused,
+    'log: foreign',
+  );
+  t.match(
+    await api(server.url, 'POST', '/v1/webhooks/ids/resend', { event: foreign }),
+    refused,
+    'resend: foreign',
+  );
+  t.match(
+    await api(server.url, 'POST', '/v1/webhooks/ids/replay', { from: foreign }),
+    refused,
+    'replay: foreign',
+  );
+  t.match(
+    await api(server.url, 'POST', '/v1/webhooks', {
+      name: 'x',
+      url: 'http://127.0.0.1:1/',
+      streams: ['s'],
+      from: foreign,
+    }),
+    refused,
+    'create: foreign',
+  );
+  for (const id of [http, untagged(http)]) {
+    t.match(await api(server.url, 'POST', '/v1/webhooks/ids/resend', { event: id }), {
+      status: 200,
+      body: { resent: 1 },
+    });
+  }
+  t.match(await api(server.url, 'POST', '/v1/webhooks/ids/replay', { from: untagged(http) }), {
+    status: 200,
+    body: { from: http, lost: false, trimMark: resumeFrom },
+  });
 });

@@ -8,9 +8,9 @@ import type { Config } from '../config/config.ts';
 import type { Db } from '../db/database.ts';
 import { namedResourceRoutes } from './named-routes.ts';
 import { ApiError } from '../errors.ts';
-import { parseCursor, tagCursorText } from '../feed/cursor.ts';
+import { tagCursorText } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
-import { cursorNotInFeed, placeCursor } from '../http/read-position.ts';
+import { cursorInFeed } from '../http/read-position.ts';
 import { toJobInput } from '../queues/validate.ts';
 import type { Follower } from './follower.ts';
 import {
@@ -92,15 +92,11 @@ async function createOne(
 ): Promise<FastifyReply> {
   const { db, config, follower } = deps;
   const b = request.body;
-  const from = b.from === 'earliest' || b.from === 'latest' ? b.from : parseCursor(b.from);
-  if (from === undefined) {
-    throw new ApiError(400, 'invalid_cursor', `malformed cursor ${JSON.stringify(b.from.slice(0, 80))}`);
-  }
   // A cursor from another history would follow nothing, silently: 409 naming where to start instead.
-  if (typeof from === 'object') {
-    const notInFeed = await placeCursor(deps.feed, config, from);
-    if (notInFeed !== undefined) throw cursorNotInFeed(deps.feed, notInFeed);
-  }
+  const from =
+    b.from === 'earliest' || b.from === 'latest'
+      ? b.from
+      : await cursorInFeed(deps.feed, config, b.from, 'from');
   // The same rules as an enqueue's job options (defaults included).
   const job = toJobInput(b.queue, { payload: null, ...b.job }, config.maxEventBytes, 'body/job');
   const sub = await createStreamSubscription(db, {

@@ -113,6 +113,31 @@ export function cursorNotInFeed(feed: Feed, not: NotInFeedCursor): ApiError {
   );
 }
 
+/**
+ * A cursor a request names in its body or query (a `from`, an event id to resend or look up), in
+ * either form (tagged or not): 400 `invalid_cursor` when it is malformed, 409 `cursor_not_in_feed`
+ * when it is not a position of this feed (a tag of another feed, or past everything committed), as
+ * for a JSON read. `what` names the field in the 400's message.
+ */
+export async function cursorInFeed(
+  feed: Feed,
+  config: Pick<Config, 'unknownCursorResume' | 'startWaitMs'>,
+  text: string,
+  what: string,
+): Promise<GivenCursor> {
+  const c = parseCursor(text);
+  if (c === undefined) {
+    throw new ApiError(
+      400,
+      'invalid_cursor',
+      `${what}: malformed cursor ${JSON.stringify(text.slice(0, 80))}: expected "<txid>-<id>.<tag>" as sent in an event id`,
+    );
+  }
+  const notInFeed = await placeCursor(feed, config, c);
+  if (notInFeed !== undefined) throw cursorNotInFeed(feed, notInFeed);
+  return c;
+}
+
 /** The 409 answer's schema (cursorNotInFeed). */
 export const cursorNotInFeedSchema = {
   ...errorSchema,

@@ -87,11 +87,14 @@ export interface AttemptView {
   response: string | null;
 }
 
-/** The endpoint's latest attempts (newest first), optionally of one event, before an attempt id (paging). */
+/**
+ * The endpoint's latest attempts (newest first), optionally of one event (`eventIds`: the texts its
+ * id may have in the log), before an attempt id (paging).
+ */
 export async function listAttempts(
   db: Db,
   endpoint: string,
-  opts: { eventId?: string; limit: number; before?: string },
+  opts: { eventIds?: string[]; limit: number; before?: string },
 ): Promise<(AttemptView & { id: string })[]> {
   const { rows } = await sql<{
     id: string;
@@ -106,7 +109,7 @@ export async function listAttempts(
   }>`
     select a.id::text as id, a.event_id, a.attempt, a.at, a.ok, a.status, a.latency_ms, a.error, a.response
     from commitfeed.webhook_attempts a
-    where a.endpoint = ${endpoint} and (${opts.eventId ?? null}::text is null or a.event_id = ${opts.eventId ?? null})
+    where a.endpoint = ${endpoint} and (${opts.eventIds ?? null}::text[] is null or a.event_id = any (${opts.eventIds ?? null}::text[]))
       and (${opts.before ?? null}::int8 is null or a.id < ${opts.before ?? null}::int8)
     -- Qualified: a bare \`id\` would name the text output and sort "99" before "100".
     order by a.id desc limit ${opts.limit}`.execute(db);

@@ -4,7 +4,9 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors.ts';
-import { formatCursor, parseCursor } from '../feed/cursor.ts';
+import { formatCursor } from '../feed/cursor.ts';
+import type { Feed } from '../feed/feed.ts';
+import { cursorInFeed } from '../http/read-position.ts';
 import { listAttempts } from './attempts.ts';
 import { replayFrom, resendEvent, resendFailed } from './recovery.ts';
 import type { Config } from '../config/config.ts';
@@ -15,6 +17,7 @@ import { type Webhooks, internalName, notFound } from './webhooks.ts';
 export interface WebhookRouteDeps {
   db: Db;
   config: Config;
+  feed: Feed;
   webhooks: Webhooks;
 }
 
@@ -59,7 +62,7 @@ export function recoveryRoutes(app: FastifyInstance, deps: WebhookRouteDeps, tag
       const q = request.query;
       return {
         attempts: await listAttempts(db, request.params.name, {
-          eventId: q.event,
+          eventIds: q.event === undefined ? undefined : await eventIds(deps, q.event),
           limit: q.limit,
           before: q.before,
         }),
@@ -106,8 +109,7 @@ async function resend(
   if (b.failedSince !== undefined) {
     return { resent: await resendFailed(deps.db, internalName(name), new Date(b.failedSince)) };
   }
-  const id = parseCursor(b.event ?? '');
-  if (!id) throw new ApiError(400, 'invalid_cursor', 'event must be an event id (a cursor)');
+  const id = await cursorInFeed(deps.feed, deps.config, b.event ?? '', 'event');
   const job = await resendEvent(deps.db, internalName(name), id);
   if (job === null) {
     throw new ApiError(
@@ -125,12 +127,23 @@ async function replay(
   f: string,
 ): Promise<{ from: string; lost: boolean; trimMark: string }> {
   await deps.webhooks.get(name);
-  const from = f === 'earliest' ? 'earliest' : parseCursor(f);
-  if (from === undefined) {
-    throw new ApiError(400, 'invalid_cursor', `malformed cursor ${JSON.stringify(f.slice(0, 80))}`);
-  }
+  const from = f === 'earliest' ? 'earliest' : await cursorInFeed(deps.feed, deps.config, f, 'from');
   const r = await replayFrom(deps.db, internalName(name), from);
   if (!r.moved) throw notFound(name);
   deps.webhooks.changed();
-  return { from: f, lost: r.lost, trimMark: formatCursor(r.trimMark) };
+  const tag = deps.feed.history.tag;
+  return {
+    from: from === 'earliest' ? from : formatCursor(from, tag),
+    lost: r.lost,
+    trimMark: formatCursor(r.trimMark, tag),
+  };
+}
+
+/**
+ * The texts the delivery log may hold for the event `id` names (either form): its id as delivered
+ * now (tagged), and as delivered before webhook ids carried the feed's tag.
+ */
+async function eventIds(deps: WebhookRouteDeps, id: string): Promise<string[]> {
+  const c = await cursorInFeed(deps.feed, deps.config, id, 'event');
+  return [formatCursor(c, deps.feed.history.tag), formatCursor(c)];
 }

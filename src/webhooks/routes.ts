@@ -6,7 +6,7 @@ import { isIP } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { afterCommit } from '../db/commit-outcome.ts';
 import { ApiError } from '../errors.ts';
-import { parseCursor } from '../feed/cursor.ts';
+import { cursorInFeed } from '../http/read-position.ts';
 import {
   type EndpointSettings,
   type EndpointWithSecrets,
@@ -122,9 +122,10 @@ async function createOne(
 ): Promise<FastifyReply> {
   const { webhooks } = deps;
   const b = request.body;
-  const from = b.from === 'earliest' || b.from === 'latest' ? b.from : parseCursor(b.from);
-  if (from === undefined)
-    throw new ApiError(400, 'invalid_cursor', `malformed cursor ${JSON.stringify(b.from.slice(0, 80))}`);
+  const from =
+    b.from === 'earliest' || b.from === 'latest'
+      ? b.from
+      : await cursorInFeed(deps.feed, deps.config, b.from, 'from');
   const s = checkedSettings(deps, b);
   if (b.mode === 'ordered' && (b.concurrency ?? 1) !== 1) {
     throw new ApiError(

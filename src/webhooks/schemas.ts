@@ -6,6 +6,7 @@
 import { CURSOR_PATTERN } from '../feed/cursor.ts';
 import { TYPE_PATTERN } from '../feed/validate.ts';
 import { errorSchema } from '../http/errors.ts';
+import { cursorNotInFeedSchema } from '../http/read-position.ts';
 import { GLOB_PATTERN } from '../streams/glob.ts';
 
 /** Endpoint names: a stream-name's characters, short enough for `webhook:<name>` to be a queue name. */
@@ -141,8 +142,11 @@ const withSecret = {
 } as const;
 
 const errors = { 400: errorSchema, 404: errorSchema, 409: errorSchema, 503: errorSchema } as const;
+/** The errors of a route that takes a cursor or an event id: 409 cursor_not_in_feed names where to
+ * go on (src/http/read-position.ts). */
+const cursorErrors = { ...errors, 409: cursorNotInFeedSchema } as const;
 
-export const createdResponse = { 201: withSecret, ...errors } as const;
+export const createdResponse = { 201: withSecret, ...cursorErrors } as const;
 export const endpointResponse = { 200: endpoint, ...errors } as const;
 export const listResponse = {
   200: { type: 'object', properties: { webhooks: { type: 'array', items: endpoint } } },
@@ -177,7 +181,11 @@ export const attemptsQuery = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    event: { type: 'string', pattern: CURSOR_PATTERN, description: "one event's attempts" },
+    event: {
+      type: 'string',
+      pattern: CURSOR_PATTERN,
+      description: "one event's attempts: its id (webhook-id), with or without the feed's tag",
+    },
     limit: { type: 'integer', minimum: 1, maximum: 1000, default: 100 },
     before: { type: 'string', pattern: '^\\d{1,18}$', description: 'attempts older than this one (paging)' },
   },
@@ -199,7 +207,7 @@ const attempt = {
 } as const;
 export const attemptsResponse = {
   200: { type: 'object', properties: { attempts: { type: 'array', items: attempt } } },
-  ...errors,
+  ...cursorErrors,
 } as const;
 
 export const resendBody = {
@@ -214,7 +222,7 @@ export const resendBody = {
 } as const;
 export const resendResponse = {
   200: { type: 'object', properties: { resent: { type: 'integer' } } },
-  ...errors,
+  ...cursorErrors,
 } as const;
 
 export const replayBody = {
@@ -241,5 +249,5 @@ export const replayResponse = {
       trimMark: { type: 'string', description: 'every event at or before this cursor was dropped' },
     },
   },
-  ...errors,
+  ...cursorErrors,
 } as const;
