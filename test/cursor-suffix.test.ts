@@ -84,6 +84,14 @@ t.test('every way of writing answers with the tagged cursor SSE gives', async (t
   t.equal(dup.rows[0].id, http, 'a key already used over HTTP: the original, tagged');
 });
 
+t.test("the live page's position is a cursor in the same form", async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  await publish(server.url, 's', { data: 1 });
+  const sample = await server.sampler.sample();
+  t.match(sample?.position, CURSOR_TEXT);
+  t.equal(parseCursor(sample!.position)?.tag, server.feed.history.tag);
+});
+
 t.test("a stream subscription's jobs carry the event's tagged cursor", async (t) => {
   const url = await testDatabase(t);
   const server = await startTestServer(t, url, { pollIntervalMs: 100 });

@@ -10,7 +10,16 @@ import { type Config, loadConfig } from '../src/config/config.ts';
 import { MARKER_STREAM } from '../src/feed/marker.ts';
 import type { Miss } from '../src/ops/self-check.ts';
 import { type Server, startServer } from '../src/server.ts';
-import { adminUrl, openSse, pgClient, publish, startTestServer, testDatabase, until } from './helpers.ts';
+import {
+  CURSOR_TEXT,
+  adminUrl,
+  openSse,
+  pgClient,
+  publish,
+  startTestServer,
+  testDatabase,
+  until,
+} from './helpers.ts';
 
 // Short enough for a quick file, long enough that a busy 2-core machine passes a healthy marker.
 const ON: Partial<Config> = {
@@ -317,6 +326,7 @@ t.test('stalled fan-out, commit, tail read and horizon: each named, /readyz foll
     msg: /still behind the horizon after 500ms/,
     blocker: { pid: held[0].pid },
     readiness: 'degraded',
+    marker: CURSOR_TEXT,
   });
   await admin.query('rollback');
   await until(() => passed(s), 5000, 'a pass after the horizon stall');

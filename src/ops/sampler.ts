@@ -199,7 +199,7 @@ export class Sampler {
       // the kernel's send queues) since the last sample: a stalled reader is dropped within a second.
       sseBufferedBytes: Math.max(hub.bufferedBytes(), hub.slow.takePeak()),
       slowDropped: (h.dropped - this.prev.dropped) * perS,
-      position: formatCursor(position),
+      position: formatCursor(position, this.opts.feed.history.tag),
       behindRows: null,
       behindMore: false,
       behindAgeS: null,

@@ -208,7 +208,7 @@ export class SelfCheck implements Measured {
     const fields: Record<string, unknown> = {
       stage,
       stalled: missed,
-      marker: run?.cursor && formatCursor(run.cursor),
+      marker: run?.cursor && formatCursor(run.cursor, this.opts.feed.history.tag),
       ms,
       boundMs: this.opts.boundMs,
       readiness: this.readiness(),
