@@ -12,15 +12,22 @@
  * Every cursor this feed mints passes both: event cursors are rows it committed, horizon cursors
  * `(xmin, 0)` are at most xmax, trim marks are event cursors.
  *
- * Lifecycle: one per tailer; `start()` reads the epoch (before any cursor is minted). The bound
- * (xmax, last id) only grows within one history, so a cursor within the last bound read is known
- * good without a query; it is trusted for BOUND_TRUST_MS, after which a check reads it again. A
- * cursor past it waits for a read that started after the check began (shared by concurrent checks,
- * as TrimMarks shares its reads), so a cursor minted a moment ago by another process is never called
- * ahead. Failure: a failed read fails the check (the request answers 503); the next one reads again.
+ * Lifecycle: one per tailer; `start()` reads the epoch (before any cursor is minted) and a first
+ * bound. The bound (xmax, last id) only grows within one history, so a cursor within the last bound
+ * read is known good without a query; it is trusted for BOUND_TRUST_MS, after which a check reads it
+ * again. A cursor past it waits for a read that started after the check began (shared by concurrent
+ * checks, as TrimMarks shares its reads), so a cursor minted a moment ago by another process is never
+ * called ahead. Failure: a read that fails because the database is unreachable still passes a cursor
+ * this process already knows — within the last bound read, or at or before a position the tailer
+ * handed on (`reached`: the reconnecting subscriber's last id is one) — because the trust expires to
+ * notice a history replaced under a running process, and an outage is not that (a replaced history
+ * is noticed by the first read once it answers); any other cursor's check fails (an SSE stream
+ * decides it in-band once the database is back, src/http/feed-sse.ts; a JSON read answers 503), and
+ * the next check reads again.
  */
+import { isUnavailable } from '../db/commit-outcome.ts';
 import type { Db } from '../db/database.ts';
-import { type GivenCursor, epochTag, tagCursorText, tagSuffix } from './cursor.ts';
+import { type Cursor, type GivenCursor, epochTag, tagCursorText, tagSuffix } from './cursor.ts';
 import type { AppendResult } from './queries/append.ts';
 import { type CommittedBound, readCommittedBound } from './queries/committed-bound.ts';
 import { readFeedEpoch } from './queries/feed-epoch.ts';
@@ -37,15 +44,18 @@ export class FeedHistory {
   private ownSuffix = '';
   private bound: CommittedBound = { xmax: 0, lastId: 0 };
   private boundAt = 0;
+  /** The bound of what the tailer handed on (reached): known good, but not a fresh read. */
+  private seen: CommittedBound = { xmax: 0, lastId: 0 };
   private inFlight: Promise<CommittedBound> | undefined;
   private queued: Promise<CommittedBound> | undefined;
 
   constructor(private readonly db: Db) {}
 
-  /** Reads the feed's epoch: its tag goes on every cursor minted from now on. */
+  /** Reads the feed's epoch (its tag goes on every cursor minted from now on) and a first bound. */
   async start(): Promise<void> {
     this.ownTag = epochTag(await readFeedEpoch(this.db));
     this.ownSuffix = tagSuffix(this.ownTag);
+    await this.read();
   }
 
   /** This feed's tag ('' before start). */
@@ -68,8 +78,23 @@ export class FeedHistory {
   /** Undefined when `c` may be a position of this feed; else why it is not. */
   async check(c: GivenCursor): Promise<NotInFeed | undefined> {
     if (c.tag !== undefined && c.tag !== this.ownTag) return 'foreign';
-    if (Date.now() - this.boundAt < BOUND_TRUST_MS && within(c, this.bound)) return undefined;
-    return within(c, await this.fresh()) ? undefined : 'ahead';
+    if (within(c, this.bound) && Date.now() - this.boundAt < BOUND_TRUST_MS) return undefined;
+    try {
+      return within(c, await this.fresh()) ? undefined : 'ahead';
+    } catch (err) {
+      // Unreachable is not replaced: what this process knew before the outage still holds.
+      if (isUnavailable(err) && (within(c, this.bound) || within(c, this.seen))) return undefined;
+      throw err;
+    }
+  }
+
+  /** The tailer handed on `events` (rows of this history) and moved its tail to `tail`. */
+  reached(tail: Cursor, events: readonly Cursor[]): void {
+    let lastId = this.seen.lastId;
+    for (const e of events) if (e.id > lastId) lastId = e.id;
+    // A horizon `(xmin, 0)` is itself a position within; a row's txid was assigned, so xmax is past it.
+    const xmax = Math.max(this.seen.xmax, tail.id === 0 ? tail.txid : tail.txid + 1);
+    this.seen = { xmax, lastId };
   }
 
   /** The bound from a read that started after the call (shared: see the header). */

@@ -201,6 +201,7 @@ export class Tailer implements LiveTail {
    * `cleared`: the tail moves to a position cleared.ts gave. */
   private handOn(events: FeedEvent[], tail: Cursor, cleared = false): void {
     this.window.append(events, tail);
+    this.history.reached(tail, events);
     this.cleared.moved(tail, cleared);
     this.opts.own?.release(tail);
     this.stats.events += events.length;
