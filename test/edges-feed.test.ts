@@ -5,6 +5,7 @@ import { EventSource } from 'eventsource';
 import type { CompiledQuery, Kysely } from 'kysely';
 import t from 'tap';
 import type { Database } from '../src/db/database.ts';
+import { isPrimer, parseSse, type SseMessage, textChunks } from '../src/client/sse.ts';
 import { compareCursors, parseCursor } from '../src/feed/cursor.ts';
 import { appendEvents } from '../src/feed/queries/append.ts';
 import { TAIL_SQL } from '../src/feed/queries/read-tail.ts';
@@ -101,7 +102,7 @@ t.test('a JSON read right after a publish sees it, however far behind the tailer
 });
 
 t.test(
-  'latest while a transaction holds the horizon: 503 with Retry-After, not a start in the past',
+  'latest while a transaction holds the horizon: JSON 503 with Retry-After; SSE 200, primed once it passes, never in the past',
   async (t) => {
     const dbUrl = await testDatabase(t);
     const server = await startTestServer(t, dbUrl, { startWaitMs: 300 });
@@ -118,23 +119,41 @@ t.test(
     await isBegun;
     const acked = await publish(server.url, 'h', { data: 'acknowledged behind the horizon' });
     t.equal(acked.status, 201);
-    const res = await fetch(`${server.url}/v1/streams/h/events`, {
-      headers: { accept: 'text/event-stream' },
-    });
-    t.equal(res.status, 503, 'no start position is both after the write and before the horizon');
+    const res = await fetch(`${server.url}/v1/streams/h/events`);
+    t.equal(res.status, 503, 'JSON: no start position is both after the write and before the horizon');
     t.ok(Number(res.headers.get('retry-after')) > 0, 'with Retry-After');
     t.match(await res.json(), { code: 'unavailable' });
+    // SSE: EventSource gives up on a 503. The stream opens and waits, unprimed, for a safe start.
+    const abort = new AbortController();
+    t.teardown(() => abort.abort());
+    const sse = await fetch(`${server.url}/v1/streams/h/events`, {
+      headers: { accept: 'text/event-stream' },
+      signal: abort.signal,
+    });
+    t.equal(sse.status, 200, 'SSE: 200 while the horizon is held');
+    const messages: SseMessage[] = [];
+    const reading = (async () => {
+      for await (const m of parseSse(textChunks(sse.body!))) messages.push(m);
+    })().catch(() => {});
+    await sleep(700); // past START_WAIT: the first decision failed, the stream kept waiting
+    t.same(
+      messages.filter((m) => m.id !== undefined),
+      [],
+      'nothing primed while no start is safe',
+    );
     release();
     await holder;
-    const sse = await openSse(t, `${server.url}/v1/streams/h/events`);
-    t.equal(sse.status, 200, 'served once the horizon passes');
+    await until(() => messages.some(isPrimer), 10000, 'the primer once the horizon passed');
     const later = await publish(server.url, 'h', { data: 'later' });
-    await sse.waitFor(1);
+    await until(() => messages.some((m) => m.data === '"later"'), 10000, 'the event published after');
     await sleep(200);
     t.same(
-      sse.received.map((m) => m.id),
+      messages.filter((m) => m.data !== undefined && !isPrimer(m)).map((m) => m.id),
       [later.body.id],
+      'neither the acknowledged event nor the held one: the start is after both',
     );
+    abort.abort();
+    await reading;
   },
 );
 

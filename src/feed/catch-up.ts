@@ -17,7 +17,7 @@
  */
 import type { FramesRead } from './catch-up-reads.ts';
 import { type Cursor, compareCursors, maxCursor } from './cursor.ts';
-import { resetFrame } from './frames.ts';
+import { resetFrame, unavailableFrame } from './frames.ts';
 import type { Subscriber } from './subscriber.ts';
 import type { Tailer } from './tailer.ts';
 
@@ -96,11 +96,8 @@ export class CatchUp {
       }
     } catch (err) {
       this.opts.log.warn({ err: (err as Error).message }, 'catch-up read failed; closing subscriber');
-      const body = JSON.stringify({
-        code: 'unavailable',
-        message: 'database unavailable; reconnect to resume',
-      });
-      sub.sink.end(`event: unavailable\ndata: ${body}\nretry: ${this.opts.sseRetryMs}\n\n`);
+      const message = 'database unavailable; reconnect to resume';
+      sub.sink.end(unavailableFrame('unavailable', message, this.opts.sseRetryMs));
       this.opts.unsubscribe(sub);
     } finally {
       sub.pumping = false;

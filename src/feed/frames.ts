@@ -126,3 +126,12 @@ export function resetJson(reason: ResetReason, resumeFrom: Cursor, tag: string):
 export function resetFrame(resumeFrom: Cursor, tag: string, reason: ResetReason = 'trimmed'): string {
   return `id: ${formatCursor(resumeFrom, tag)}\nevent: reset\ndata: ${resetJson(reason, resumeFrom, tag)}\n\n`;
 }
+
+/**
+ * The frame that ends a stream which cannot go on now (the database lost mid-stream): `event:
+ * unavailable` with `{"code","message"}`, no id (the client keeps its Last-Event-ID), and a `retry:`
+ * hint, which EventSource follows, reconnecting with that id.
+ */
+export function unavailableFrame(code: string, message: string, retryMs: number): string {
+  return `event: unavailable\ndata: ${JSON.stringify({ code, message })}\nretry: ${retryMs}\n\n`;
+}

@@ -2,17 +2,19 @@
  * Where a read starts, as every route that reads the feed takes it: the cursor a request names
  * (givenCursor), checked against this feed's history (placeCursor: a cursor from another history
  * is told so, never silently stalled), and, when it names none and wants `latest`, a position after
- * every write acknowledged so far (safePosition).
+ * every write acknowledged so far (safePosition). An SSE read takes them together (sseStart), as the
+ * start of a feed-backed stream (feed-sse.ts).
  */
 import type { FastifyRequest } from 'fastify';
 import type { Config } from '../config/config.ts';
 import { ApiError, unavailable } from '../errors.ts';
-import { type Cursor, type GivenCursor, formatCursor, parseCursor } from '../feed/cursor.ts';
+import { type Cursor, type GivenCursor, START, formatCursor, parseCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import type { NotInFeed } from '../feed/history.ts';
 import { resetFrame } from '../feed/frames.ts';
 import { safePosition as safeTailPosition } from '../feed/safe-position.ts';
 import { errorSchema } from './errors.ts';
+import type { FeedStart } from './feed-sse.ts';
 import { primerFrame } from './sse.ts';
 
 /**
@@ -86,6 +88,37 @@ export async function placeCursor(
 export function notInFeedOpening(feed: Feed, not: NotInFeedCursor): string {
   const tag = feed.history.tag;
   return primerFrame(formatCursor(not.given, not.given.tag)) + resetFrame(not.resumeFrom, tag, not.reason);
+}
+
+/**
+ * Where an SSE read starts (a FeedStart: src/http/feed-sse.ts): after the request's cursor, primed
+ * with it; for a cursor not in this feed, at UNKNOWN_CURSOR_RESUME's position, primed with the cursor
+ * as given and then told `reset`; with no cursor, at `from`: the feed's start, or after every
+ * acknowledged write (`latest`), primed there. Needs the database unless the cursor is one this
+ * process already knows (history.ts) or the start is `earliest` or the caught-up tail.
+ */
+export async function sseStart(
+  feed: Feed,
+  config: Pick<Config, 'unknownCursorResume' | 'startWaitMs'>,
+  given: GivenCursor | undefined,
+  from: 'earliest' | 'latest' | undefined,
+): Promise<FeedStart> {
+  const tag = feed.history.tag;
+  if (given !== undefined) {
+    const notInFeed = await placeCursor(feed, config, given);
+    if (notInFeed !== undefined) {
+      return { after: notInFeed.resumeFrom, opening: notInFeedOpening(feed, notInFeed) };
+    }
+    return { after: given, opening: primerFrame(formatCursor(given, tag)) };
+  }
+  const after = from === 'earliest' ? START : await safePosition(feed, config.startWaitMs);
+  return { after, opening: primerFrame(formatCursor(after, tag)) };
+}
+
+/** What an SSE read that names `given` says before its start is decided: the cursor as given (the
+ * client's Last-Event-ID stays what it sent). */
+export function givenPrimer(given: GivenCursor | undefined): string {
+  return given === undefined ? '' : primerFrame(formatCursor(given, given.tag));
 }
 
 const EXPLAIN: Record<NotInFeed, string> = {

@@ -3,7 +3,9 @@
  * Mercure hub, the live page): openSseStream checks what can refuse a stream while a 4xx/503 can
  * still be sent, then sends the headers, the opening `retry:` hint and the first frame, and gives
  * the route a Sink with backpressure for the hub. Once the 200 is sent, errors end the stream with
- * an event and a `retry:` hint instead (browsers' EventSource gives up forever on a non-200).
+ * an event and a `retry:` hint instead (browsers' EventSource gives up forever on a non-200). A route
+ * whose stream is subscribed to the feed opens it through feed-sse.ts, which decides where it starts
+ * (and answers 200 while that needs a database that does not answer).
  *
  * Lifecycle: a stream lives until its client leaves, its token expires, or shutdown ends it
  * (endSseStreams, called first in the server's preClose); each of these runs the route's onClose
@@ -18,7 +20,7 @@ import { admitSse } from '../auth/sse-admission.ts';
 import type { Hub } from '../feed/hub.ts';
 import { socketInode } from '../feed/send-queues.ts';
 import type { Sink } from '../feed/subscriber.ts';
-import { unavailable } from '../errors.ts';
+import { ApiError, unavailable } from '../errors.ts';
 import { timerDelay } from '../timers.ts';
 
 export const SSE_HEADERS = {
@@ -47,7 +49,8 @@ export interface SseStreamOptions {
   retryMs: number;
   /** The first frame after `retry:`: a priming `id:`, or a route's own opening frame. */
   first: string;
-  /** Counted against MAX_SSE_CONNECTIONS with the hub's subscribers (503 over it). */
+  /** Counted against MAX_SSE_CONNECTIONS with the other streams opened with the same hub's room,
+   * from open to close, whether or not they are subscribed yet (503 over it). */
   room?: { hub: Hub; max: number };
   /** The per-token limit of MAX_SSE_PER_TOKEN (429 over it), and the end of the stream with
    * `event: auth-expired` when the request's token stops being accepted. */
@@ -62,6 +65,8 @@ export interface SseStreamOptions {
  */
 export interface SseStream {
   readonly sink: Sink;
+  /** True once the client left or the stream was ended (the `onClose` callbacks have run). */
+  readonly closed: boolean;
   onClose(fn: () => void): void;
   /** Ends the stream with a last chunk (a `retry:` hint, an expiry event) and runs the callbacks. */
   end(chunk: string): void;
@@ -72,6 +77,10 @@ export interface SseStream {
  * (endSseStreams). Keyed by the node server, which every plugin context of an app shares.
  */
 const openStreams = new WeakMap<object, Set<SseStream>>();
+
+/** Streams open in each hub's room (MAX_SSE_CONNECTIONS), from open to close: a stream still deciding
+ * where it starts (src/http/feed-sse.ts) holds its connection before the hub knows of it. */
+const roomCounts = new WeakMap<Hub, number>();
 
 /**
  * The one way an SSE route starts its stream. Everything that can refuse it is checked first, while
@@ -91,11 +100,12 @@ export function openSseStream(
   if (opts.room) assertSseRoom(opts.room.hub, opts.room.max);
   const started = opts.maxPerToken === undefined ? undefined : admitSse(request, reply, opts.maxPerToken);
   const stream = new ResponseStream(startResponse(reply, opts.retryMs, opts.first));
+  if (opts.room) enterRoom(stream, opts.room.hub);
   const registry = openStreams.get(request.server.server) ?? new Set<SseStream>();
   openStreams.set(request.server.server, registry);
   registry.add(stream);
   stream.onClose(() => registry.delete(stream));
-  reply.raw.on('close', () => stream.closed());
+  reply.raw.on('close', () => stream.finish());
   started?.((frame) => stream.end(frame));
   if (opts.expires) {
     const { atMs, frame } = opts.expires;
@@ -113,10 +123,36 @@ export function endSseStreams(app: FastifyInstance, retryMs: number): void {
   }
 }
 
+/** True when the request takes an SSE answer (EventSource and the TypeScript client ask for one). */
+export function wantsSse(request: FastifyRequest): boolean {
+  return (request.headers.accept ?? '').includes('text/event-stream');
+}
+
+/**
+ * Refuses, before anything is read, a request that does not take SSE where only SSE is served (`what`
+ * names it): a stream its client cannot read would be held open for nothing. 406 `sse_only` unless
+ * the route has its own `status` and `code` for it.
+ */
+export function requireSse(request: FastifyRequest, what: string, status = 406, code = 'sse_only'): void {
+  if (wantsSse(request)) return;
+  throw new ApiError(status, code, `${what} is served over SSE only: send Accept: text/event-stream`);
+}
+
+/** Counts `stream` in `hub`'s room until it closes. */
+function enterRoom(stream: SseStream, hub: Hub): void {
+  roomCounts.set(hub, (roomCounts.get(hub) ?? 0) + 1);
+  stream.onClose(() => roomCounts.set(hub, (roomCounts.get(hub) ?? 1) - 1));
+}
+
 class ResponseStream implements SseStream {
   private callbacks: (() => void)[] | undefined = [];
 
   constructor(readonly sink: Sink) {}
+
+  /** True once the client left or the stream was ended here. */
+  get closed(): boolean {
+    return this.callbacks === undefined;
+  }
 
   onClose(fn: () => void): void {
     if (this.callbacks) this.callbacks.push(fn);
@@ -125,10 +161,11 @@ class ResponseStream implements SseStream {
 
   end(chunk: string): void {
     this.sink.end(chunk);
-    this.closed();
+    this.finish();
   }
 
-  closed(): void {
+  /** Runs the callbacks, once. */
+  finish(): void {
     const callbacks = this.callbacks;
     this.callbacks = undefined;
     for (const fn of callbacks ?? []) fn();
@@ -267,7 +304,7 @@ export function responseSink(res: ServerResponse): Required<Sink> {
  * Retry-After before the stream starts, so the client tries again later or on another replica.
  */
 function assertSseRoom(hub: Hub, max: number): void {
-  if (hub.subscriberCount >= max) {
+  if ((roomCounts.get(hub) ?? 0) >= max) {
     throw unavailable(
       'too_many_connections',
       `this server already serves ${max} SSE connections (MAX_SSE_CONNECTIONS); retry later or use another replica`,

@@ -1,6 +1,8 @@
 /**
- * Where a Mercure subscriber starts (draft-08 §Reconciliation), resolved before any header is
- * sent. The `Last-Event-ID` header wins over the `last_event_id` query parameter.
+ * Where a Mercure subscriber starts (draft-08 §Reconciliation), resolved before the headers are sent
+ * when the database answers in time, else on the open stream once it does (src/http/feed-sse.ts; the
+ * stream is then primed with the id as given, and no Mercure-Last-Event-ID header is sent). The
+ * `Last-Event-ID` header wins over the `last_event_id` query parameter.
  *
  * - none: the live tail (a position after every acknowledged update, as native `latest` starts), and
  *   the stream is primed with the id of the last update before it, so a client that drops before its

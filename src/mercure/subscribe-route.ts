@@ -5,7 +5,9 @@
  * for a URL): the pairs of the query and of the body are taken together, query first, so a
  * `last_event_id` in the query wins over one in the body. It resumes where the request says
  * (resume.ts), runs on the feed's tailer and hub as a MercureSelection (subscribe.ts), and ends when
- * the token expires. With active subscriptions on, the registry hears of every subscriber's start and
+ * the token expires. Like every feed-backed stream (src/http/feed-sse.ts), it answers 200 while the
+ * database cannot say where it resumes: primed with the id as given, it resumes once it can (without
+ * the Mercure-Last-Event-ID header then: the headers went before the answer). With active subscriptions on, the registry hears of every subscriber's start and
  * end. No SQL here.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -14,7 +16,7 @@ import type { Db } from '../db/database.ts';
 import { ApiError } from '../errors.ts';
 import type { Feed } from '../feed/feed.ts';
 import { errorSchema } from '../http/errors.ts';
-import { openSseStream } from '../http/sse.ts';
+import { openFeedSse } from '../http/feed-sse.ts';
 import { type ActiveSubscriptions, newSubscriberId } from './active-subscriptions.ts';
 import type { MercureAuthorizer } from './authorize.ts';
 import { sendMercureError } from './challenge.ts';
@@ -114,45 +116,45 @@ async function subscribe(
   const auth = await authorizer.authenticate(request, 'subscribe');
   if (!auth.ok) return sendMercureError(reply, auth);
   const grants = auth.grants;
-  const resume = await resolveResume(
-    db,
-    feed,
-    givenId(request.headers['last-event-id'], req.lastEventId),
-    config.startWaitMs,
-    deps.ids,
-  );
-  if (resume.header !== undefined) reply.header('mercure-last-event-id', resume.header);
-  const selection = new MercureSelection({
-    reads: feed.reads,
-    tailer: feed.tailer,
-    selectors: req.selectors,
-    matcher,
-    canRead: (topics) => authorizer.canRead(grants, topics),
-    endOnReset: resume.found,
-    retryMs: config.sseRetryMs,
-    stats,
-    ids: deps.ids,
-  });
-  // The priming frame is an id alone: browsers take it as lastEventId without firing an event.
+  const given = givenId(request.headers['last-event-id'], req.lastEventId);
   // The stream ends when the token expires (draft §Authorization); the client reconnects with a fresh one.
-  const stream = openSseStream(request, reply, {
-    retryMs: config.sseRetryMs,
-    first: `id: ${resume.primedId}\n\n`,
-    room: { hub: feed.hub, max: config.maxSseConnections },
+  return openFeedSse(request, reply, {
+    feed,
+    config,
+    // The priming frame is an id alone: browsers take it as lastEventId without firing an event.
+    // Until the id is looked up, the stream is primed with it as given.
+    provisional: given === undefined ? '' : `id: ${given}\n\n`,
     expires:
       grants !== null && Number.isFinite(grants.exp)
         ? { atMs: grants.exp * 1000, frame: ': token expired\n\n' }
         : undefined,
+    decide: async () => {
+      const resume = await resolveResume(db, feed, given, config.startWaitMs, deps.ids);
+      const headers = resume.header === undefined ? undefined : { 'mercure-last-event-id': resume.header };
+      return { after: resume.cursor, opening: `id: ${resume.primedId}\n\n`, headers, found: resume.found };
+    },
+    subscribe: (start, sink) => {
+      const selection = new MercureSelection({
+        reads: feed.reads,
+        tailer: feed.tailer,
+        selectors: req.selectors,
+        matcher,
+        canRead: (topics) => authorizer.canRead(grants, topics),
+        endOnReset: start.found,
+        retryMs: config.sseRetryMs,
+        stats,
+        ids: deps.ids,
+      });
+      const subscriber = feed.hub.subscribe([MERCURE_STREAM], start.after, sink, selection);
+      const active = deps.activeSubscriptions;
+      const conn = active && { subscriber: newSubscriberId(), selectors: req.selectors, grants };
+      if (active && conn) void active.opened(conn);
+      stats.subscribers++;
+      return () => {
+        stats.subscribers--;
+        feed.hub.unsubscribe(subscriber);
+        if (active && conn) void active.closed(conn);
+      };
+    },
   });
-  const subscriber = feed.hub.subscribe([MERCURE_STREAM], resume.cursor, stream.sink, selection);
-  const active = deps.activeSubscriptions;
-  const conn = active && { subscriber: newSubscriberId(), selectors: req.selectors, grants };
-  if (active && conn) void active.opened(conn);
-  stats.subscribers++;
-  stream.onClose(() => {
-    stats.subscribers--;
-    feed.hub.unsubscribe(subscriber);
-    if (active && conn) void active.closed(conn);
-  });
-  return reply;
 }

@@ -3,17 +3,17 @@
  * writes go through the batcher, reads through the tailer and hub.
  *
  * A publish is a one-or-batch route (src/http/one-or-batch.ts): each event checked, the batch handed
- * to the feed's batcher. A read goes readStreams (authorize, cursor, cache revalidation, start) →
- * sseRead (a hub subscriber on an SSE stream) or jsonRead (one page, long-polled by pollPage).
+ * to the feed's batcher. A read goes readStreams (authorize, cursor) → sseRead (a hub subscriber on a
+ * feed-backed SSE stream, src/http/feed-sse.ts) or cache revalidation, start and jsonRead (one page,
+ * long-polled by pollPage).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorize, canSubscribe } from '../auth/policy.ts';
 import { OPEN } from '../auth/tokens.ts';
 import { GlobSelection, isGlob } from './glob.ts';
 import type { Config } from '../config/config.ts';
-import { ApiError } from '../errors.ts';
 import { oneOrBatchRoute } from '../http/one-or-batch.ts';
-import { type Cursor, START, compareCursors, formatCursor } from '../feed/cursor.ts';
+import { type Cursor, type GivenCursor, START, compareCursors, formatCursor } from '../feed/cursor.ts';
 import type { Feed } from '../feed/feed.ts';
 import { type EventBody, type FeedEvent, eventJson, toEventInput } from '../feed/event.ts';
 import { resetJson } from '../feed/frames.ts';
@@ -26,15 +26,16 @@ import {
   streamReadQuery,
 } from './schemas.ts';
 import { cacheableRequest, markImmutable, markUncacheable, matches, pageEtag } from '../http/page-cache.ts';
+import { openFeedSse } from '../http/feed-sse.ts';
 import {
-  type NotInFeedCursor,
   cursorNotInFeed,
   givenCursor,
-  notInFeedOpening,
+  givenPrimer,
   placeCursor,
   safePosition,
+  sseStart,
 } from '../http/read-position.ts';
-import { openSseStream, primerFrame } from '../http/sse.ts';
+import { requireSse, wantsSse } from '../http/sse.ts';
 
 interface ReadQuery {
   after?: string;
@@ -96,13 +97,10 @@ export function streamRoutes(app: FastifyInstance, deps: StreamDeps): void {
   );
 }
 
-function wantsSse(request: FastifyRequest): boolean {
-  return (request.headers.accept ?? '').includes('text/event-stream');
-}
-
 /**
- * A read of one or several streams, checked and placed here, then served over SSE (sseRead) or as
- * one JSON page (jsonRead): after the request's cursor (`Last-Event-ID` or `after`), else at `from`.
+ * A read of one or several streams, checked here, then served over SSE (sseRead) or as one JSON page
+ * (placed here, read by jsonRead): after the request's cursor (`Last-Event-ID` or `after`), else at
+ * `from`.
  */
 async function readStreams(
   deps: StreamDeps,
@@ -117,26 +115,19 @@ async function readStreams(
   // Every named stream up front, whatever the cursor: replay is authorized like live delivery. A
   // glob's streams are checked one by one as they appear (GlobSelection).
   authorize(request, 'subscribe', names);
-  if (globs.length > 0 && !wantsSse(request)) {
-    throw new ApiError(
-      400,
-      'glob_needs_sse',
-      'stream globs (`*`) are served over SSE only (Accept: text/event-stream)',
-    );
-  }
-  const sse = wantsSse(request);
-  // A cursor from another history: JSON answers 409 naming where to go on; SSE says `reset` in-band
-  // and goes on from there (EventSource gives up on any answer but 200).
+  if (globs.length > 0) requireSse(request, 'a read of stream globs (`*`)', 400, 'glob_needs_sse');
   const given = givenCursor(request, query.after);
+  if (wantsSse(request))
+    return sseRead(deps, request, reply, { streams, names, globs, given, from: query.from });
+  // A cursor from another history: JSON answers 409 naming where to go on (SSE says `reset` in-band).
   const notInFeed = given === undefined ? undefined : await placeCursor(feed, config, given);
-  if (notInFeed !== undefined && !sse) throw cursorNotInFeed(feed, notInFeed);
+  if (notInFeed !== undefined) throw cursorNotInFeed(feed, notInFeed);
   // A full page after a cursor named in the URL never changes (src/http/page-cache.ts); a
   // revalidation of one costs no page read, only the shared trim-mark check (a trimmed cursor gets
   // its `reset` from the read below, like everywhere else).
-  const etag =
-    !sse && cacheableRequest(request, query.after)
-      ? pageEtag({ streams, after: query.after, limit: query.limit })
-      : undefined;
+  const etag = cacheableRequest(request, query.after)
+    ? pageEtag({ streams, after: query.after, limit: query.limit })
+    : undefined;
   const shared = request.principal === OPEN;
   if (
     etag !== undefined &&
@@ -148,47 +139,45 @@ async function readStreams(
     return reply.code(304).send();
   }
   // Read-your-writes: a JSON read reaches every event acknowledged before it, and `latest` starts
-  // after them all. An SSE stream from a cursor needs neither: it delivers whatever follows.
-  const reach =
-    sse && (given !== undefined || query.from === 'earliest')
-      ? undefined
-      : await safePosition(feed, config.startWaitMs);
-  const start = notInFeed?.resumeFrom ?? given ?? (query.from === 'earliest' ? START : reach!);
-  if (sse) return sseRead(deps, request, reply, { streams, names, globs, start, notInFeed });
+  // after them all.
+  const reach = await safePosition(feed, config.startWaitMs);
+  const start = given ?? (query.from === 'earliest' ? START : reach);
   return jsonRead(deps, reply, { streams, query, start, reach, cache: { etag, shared } });
 }
 
-/** The streams' events from `start` on, over SSE until the client leaves (or shutdown). */
+/**
+ * The streams' events over SSE until the client leaves (or shutdown), from where sseStart places the
+ * read; decided in-band when that needs a database that does not answer now (feed-sse.ts).
+ */
 function sseRead(
   deps: StreamDeps,
   request: FastifyRequest,
   reply: FastifyReply,
-  read: { streams: string[]; names: string[]; globs: string[]; start: Cursor; notInFeed?: NotInFeedCursor },
-): FastifyReply {
+  read: { streams: string[]; names: string[]; globs: string[]; given?: GivenCursor; from: ReadQuery['from'] },
+): Promise<FastifyReply> {
   const { feed, config } = deps;
-  const { streams, names, globs, start, notInFeed } = read;
-  const tag = feed.history.tag;
-  const stream = openSseStream(request, reply, {
-    retryMs: config.sseRetryMs,
-    // The connect point primes the id; a cursor not in this feed gets its `reset` there instead.
-    first:
-      notInFeed === undefined ? primerFrame(formatCursor(start, tag)) : notInFeedOpening(feed, notInFeed),
-    room: { hub: feed.hub, max: config.maxSseConnections },
+  const { streams, names, globs, given } = read;
+  return openFeedSse(request, reply, {
+    feed,
+    config,
     maxPerToken: config.maxSsePerToken,
+    provisional: givenPrimer(given),
+    decide: () => sseStart(feed, config, given, read.from),
+    subscribe: (start, sink) => {
+      const selection =
+        globs.length === 0
+          ? undefined
+          : new GlobSelection({
+              reads: feed.reads,
+              tailer: feed.tailer,
+              names,
+              globs,
+              canRead: (stream) => canSubscribe(request, stream),
+            });
+      const subscriber = feed.hub.subscribe(streams, start.after, sink, selection);
+      return () => feed.hub.unsubscribe(subscriber);
+    },
   });
-  const selection =
-    globs.length === 0
-      ? undefined
-      : new GlobSelection({
-          reads: feed.reads,
-          tailer: feed.tailer,
-          names,
-          globs,
-          canRead: (stream) => canSubscribe(request, stream),
-        });
-  const subscriber = feed.hub.subscribe(streams, start, stream.sink, selection);
-  stream.onClose(() => feed.hub.unsubscribe(subscriber));
-  return reply;
 }
 
 interface JsonRead {
