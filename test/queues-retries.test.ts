@@ -2,7 +2,7 @@
 // the SSE watch of queue activity.
 import { sql } from 'kysely';
 import t from 'tap';
-import { openSse, sleep, sqlClient, startTestServer, testDatabase } from './helpers.ts';
+import { openSse, sleep, sqlClient, startTestServer, testDatabase, within } from './helpers.ts';
 import { ack, api, claim, enqueue, jobRows, nack, stats, timed, until } from './queue-helpers.ts';
 
 t.test('nack: backoff, dead letter after maxAttempts with the last error, redrive', async (t) => {
@@ -205,4 +205,18 @@ t.test('queue activity can be watched over SSE', async (t) => {
     ['dead'],
     'resumes after Last-Event-ID',
   );
+});
+
+t.test('queue activity is SSE only: a request that does not take SSE is a 406, not a stream', async (t) => {
+  const server = await startTestServer(t, await testDatabase(t));
+  for (const accept of [undefined, 'application/json', '*/*']) {
+    const res = await within(
+      fetch(`${server.url}/v1/queues/w/events`, { headers: accept ? { accept } : {} }),
+      5000,
+      `the answer to accept ${accept}`,
+    );
+    t.equal(res.status, 406, `accept ${accept}: 406`);
+    t.match(await within(res.json(), 5000, 'its body'), { statusCode: 406, code: 'sse_only' });
+  }
+  t.equal(server.feed.hub.subscriberCount, 0, 'no subscriber was made');
 });

@@ -1,8 +1,9 @@
-/** GET /v1/queues/:queue/events: a queue's activity (its wake-up rows) over SSE. */
+/** GET /v1/queues/:queue/events: a queue's activity (its wake-up rows) over SSE only (406 otherwise). */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authorizeQueueRead } from '../../auth/policy.ts';
 import { openFeedSse } from '../../http/feed-sse.ts';
 import { givenCursor, givenPrimer, sseStart } from '../../http/read-position.ts';
+import { requireSse } from '../../http/sse.ts';
 import { queueParams } from '../schemas.ts';
 import { watchQuery, watchResponse } from '../schemas/activity.ts';
 import { queueStream } from '../wake-stream.ts';
@@ -30,6 +31,7 @@ function watch(deps: QueueRouteDeps, request: FastifyRequest<WatchReq>, reply: F
   const { config, feed } = deps;
   // Watching a queue: like its stats (enqueue, work or admin), whatever the cursor.
   authorizeQueueRead(request, request.params.queue);
+  requireSse(request, "a queue's activity");
   const given = givenCursor(request, request.query.after);
   // A cursor from another history: an in-band `reset`, then on from UNKNOWN_CURSOR_RESUME's position.
   return openFeedSse(request, reply, {

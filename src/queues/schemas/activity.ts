@@ -1,5 +1,6 @@
 /** Schemas of GET /v1/queues/{queue}/events: queue activity over SSE. */
 import { CURSOR_PATTERN } from '../../feed/cursor.ts';
+import { errorSchema } from '../../http/errors.ts';
 import { errors } from '../schemas.ts';
 
 export const watchQuery = {
@@ -14,4 +15,5 @@ export const watchQuery = {
 export const watchResponse = {
   200: { type: 'string', description: 'text/event-stream: enqueued, retry, dead and resumed events' },
   ...errors,
+  406: errorSchema,
 } as const;
