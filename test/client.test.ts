@@ -5,6 +5,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { sql } from 'kysely';
 import t from 'tap';
+import { BACKOFF_MAX_MS, backoffDelay } from '../src/client/backoff.ts';
 import { CommitfeedClient, CommitfeedError, type StreamEvent } from '../src/client/index.ts';
 import { openSse, sleep, sqlClient, startTestServer, testDatabase, until } from './helpers.ts';
 
@@ -236,6 +237,59 @@ t.test('subscribe follows unavailable, reset, 5xx and silence; a 4xx stops it', 
   t.same(seen, ['0-5', '1-1', '1-1', '5-1', '5-2'], 'each reconnect resumed from the last id');
   t.match(got.error, { status: 403, code: 'forbidden' });
   t.ok(got.error instanceof CommitfeedError);
+});
+
+t.test('reconnect waits are capped at a few seconds, jittered, never before the server hint', async (t) => {
+  for (let attempt = 1; attempt <= 40; attempt++) {
+    const d = backoffDelay(attempt, 0, undefined);
+    const base = Math.min(BACKOFF_MAX_MS, 250 * 2 ** (attempt - 1));
+    if (d > BACKOFF_MAX_MS || d < base * 0.8) t.fail(`attempt ${attempt}: ${d} ms`);
+    const hinted = backoffDelay(attempt, 2000, undefined);
+    if (hinted < 2000 || hinted > BACKOFF_MAX_MS)
+      t.fail(`attempt ${attempt} after Retry-After 2: ${hinted} ms`);
+  }
+  t.ok(BACKOFF_MAX_MS <= 5000, `the cap is a few seconds (${BACKOFF_MAX_MS} ms)`);
+  t.equal(backoffDelay(40, 10_000, undefined), 10_000, "a server's longer hint wins over the cap");
+  t.ok(backoffDelay(40, 0, { maxMs: 60_000 }) > 40_000, 'maxMs sets another cap');
+
+  // Through a run of failures — 503s, a dropped connection, a proxy's 502 — the subscription keeps
+  // reconnecting, each wait within the cap, and resumes when a stream is served.
+  const { url, seen } = await scriptedServer(t, [
+    (_q, res) => {
+      res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '0' });
+      res.end('{"statusCode":503,"code":"unavailable","message":"db down"}');
+    },
+    (q) => q.socket.destroy(),
+    (_q, res) => {
+      res.writeHead(502, { 'content-type': 'text/html' });
+      res.end('<h1>Bad Gateway</h1>');
+    },
+    (_q, res) => {
+      res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '0' });
+      res.end('{"statusCode":503,"code":"unavailable","message":"db down"}');
+    },
+    (q) => q.socket.destroy(),
+    (_q, res) => sse(res, 'id: 1-0\nevent: primed\ndata:\n\nid: 1-1\ndata: 1\n\n', false),
+  ]);
+  const waits: number[] = [];
+  const sub = new CommitfeedClient(url).subscribe('s', {
+    after: '0-5',
+    onReconnect: (i) => waits.push(i.delayMs),
+  });
+  t.teardown(() => sub.close());
+  const got = collect(sub);
+  t.same(
+    (await got.waitFor(1, 20_000)).map((e) => e.data),
+    [1],
+    'served after five failures',
+  );
+  t.equal(waits.length, 5, 'one wait per failure');
+  t.ok(
+    waits.every((w) => w <= BACKOFF_MAX_MS),
+    `every wait within the cap (${waits.join(', ')} ms)`,
+  );
+  t.same(seen, ['0-5', '0-5', '0-5', '0-5', '0-5', '0-5'], 'each attempt resumed from the cursor');
+  sub.close();
 });
 
 t.test('queues: enqueue, claim, extend, nack, ack, stale leases', async (t) => {

@@ -2,7 +2,7 @@
  * A `Subscription` (what `subscribe` returns): a subscriber seen from the client, SSE over fetch that
  * resumes by itself. After *any* failure — a dropped connection, a server restart, a non-200 answer,
  * the server's `event: unavailable`, no bytes within the idle timeout — it reconnects with exponential
- * backoff and `Last-Event-ID` set to the last id it saw, including the id the server primes at
+ * backoff capped at a few seconds (backoff.ts) and `Last-Event-ID` set to the last id it saw, including the id the server primes at
  * connect. Nothing is lost or repeated. An `event: reset` (the cursor fell behind retention, or is
  * not in the feed's history) moves the cursor to the server's `resumeFrom` and tells `onReset`:
  * native `EventSource` cannot follow either of those. Cursors are passed through as the server wrote
