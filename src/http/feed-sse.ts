@@ -91,7 +91,7 @@ export async function openFeedSse<S extends FeedStart>(
     expires: opts.expires,
   });
   if (decided) stream.onClose(opts.subscribe(decided, stream.sink));
-  else void decideInBand(stream, early === undefined ? first : undefined, opts, request.log);
+  else void decideInBand(stream, first, opts, request.log);
   return reply;
 }
 
@@ -108,7 +108,7 @@ async function beforeOpen<S>(first: Promise<Settled<S>>): Promise<Settled<S> | u
   }
 }
 
-/** Decides on the open stream (`pending`: the first attempt, still running), then subscribes it. */
+/** Decides on the open stream (`pending`: the first attempt, failed or still running), then subscribes it. */
 async function decideInBand<S extends FeedStart>(
   stream: SseStream,
   pending: Promise<Settled<S>> | undefined,
