@@ -88,7 +88,7 @@ export const DELIVERY_SETTINGS = {
     'START_WAIT',
     '5s',
     0,
-    'Longest wait for a safe start position (a subscriber starting at `latest`, a JSON read after a publish) while an open transaction holds committed events behind the horizon; then 503 with Retry-After.',
+    'Longest wait for a safe start position (a subscriber starting at `latest`, a JSON read after a publish) while an open transaction holds committed events behind the horizon; then a JSON read answers 503 with Retry-After, and an SSE stream (answered 200) keeps waiting and is primed once a start is safe.',
     { max: MAX_SETTING_MS },
   ),
   unknownCursorResume: setting(
