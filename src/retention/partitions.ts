@@ -84,14 +84,15 @@ export async function listPartitions(db: Db): Promise<Partition[]> {
  * an ACCESS EXCLUSIVE lock on the feed; ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE (inserts and
  * reads go on). The indexes are created by ATTACH, on an empty table. Returns false when the default
  * partition already holds rows in that range (ATTACH would fail): those stay in the default partition.
- * Like a drop, it waits (at most `lockTimeoutMs`) for a migration run to end (src/db/locks.ts).
+ * Like a drop, it first waits for a migration run to end (src/db/locks.ts), then at most
+ * `lockTimeoutMs` for its table locks.
  */
 export async function createPartition(db: Db, from: Date, to: Date, lockTimeoutMs: number): Promise<boolean> {
   const name = partitionName(from);
   const table = sql.id('commitfeed', name);
   return db.transaction().execute(async (trx) => {
-    await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(trx);
     await lockSchemaChanges(trx);
+    await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(trx);
     const { rows } = await sql<{ taken: boolean }>`
       select exists (select 1 from commitfeed.feed_default
                      where created_at >= ${from.toISOString()}::timestamptz
@@ -126,8 +127,8 @@ export async function dropPartition(
 ): Promise<Cursor | null> {
   const table = sql.id('commitfeed', part.name);
   return db.transaction().execute(async (trx) => {
-    await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(trx);
     await lockSchemaChanges(trx);
+    await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(trx);
     await sql`lock table commitfeed.feed in access exclusive mode`.execute(trx);
     // After the lock: every transaction that wrote to the partition has finished, and this statement's
     // snapshot sees all of them.
