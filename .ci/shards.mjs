@@ -4,7 +4,7 @@
 // when files grow; DEFAULT_S for a file not listed there) plus STARTUP_S for that start-up.
 // Prints one line per shard, its files separated by spaces.
 //
-//   node .ci/shards.mjs 2 test/a.test.ts test/b.test.ts ...
+//   node .ci/shards.mjs 2 test/*.test.ts
 import { readFileSync } from 'node:fs';
 
 const DEFAULT_S = 8;

@@ -1,4 +1,4 @@
-// Active subscriptions of the Mercure hub (src/mercure/subscriptions.ts, draft-08 §Active
+// Active subscriptions of the Mercure hub (src/mercure/active-subscriptions.ts, draft-08 §Active
 // Subscriptions): one row per (connection, matcher) while the connection is open, written in the same
 // transaction as its subscription event, and each instance's lease, so a survivor can end the
 // subscriptions of an instance that died. Frozen once released (see 0001_baseline.ts).

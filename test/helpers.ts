@@ -325,7 +325,8 @@ export const CURSOR_TEXT = /^\d+-\d+\.[0-9a-f]{8}$/;
 export async function feedRows(
   db: Kysely<Database>,
 ): Promise<{ cursor: string; stream: string; data: unknown }[]> {
-  // Output names other than the columns': ORDER BY would bind to the text outputs (DESIGN.md's trap).
+  // Output names other than the columns': ORDER BY binds to output names first, so it would sort the
+  // text outputs ('10' before '9').
   const { rows } = await sql<{ tx: string; n: string; stream: string; data: unknown }>`
     select f.txid::text as tx, f.id::text as n, f.stream, f.data from commitfeed.feed f
     order by f.txid, f.id`.execute(db);

@@ -1,8 +1,8 @@
 // Resume across a replica KILL: a Mercure subscriber is served by a real server process that gets
 // SIGKILL mid-stream (no shutdown, no retry hint, the socket just dies) while updates keep being
 // published on the other replica; the client resumes on the survivor with the last id it saw and
-// must get every update exactly once, in publish order (draft-08 §Reconnection, DESIGN.md's
-// gap-free replay across replicas).
+// must get every update exactly once, in publish order (draft-08 §Reconnection; resume works on
+// any replica: docs/mercure.md#reconnection).
 import t from 'tap';
 import { openSse, type SseReader, startService, startTestServer, testDatabase, until } from './helpers.ts';
 

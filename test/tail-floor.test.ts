@@ -1,7 +1,7 @@
-// The tail floor (src/feed/tail-floor.ts, TailFloor in queries.ts): the tail read skips partitions
-// wholly below a time under which every row has been read. It must trail, never lead: a transaction
-// that inserted while the floor was lower and commits much later is still read live, and a clock
-// that steps back drops the floor. (The EXPLAIN test in retention.test.ts checks which partitions a
+// The tail floor (src/feed/tail-floor.ts, TailFloor in src/feed/queries/read-tail.ts): the tail read
+// skips partitions wholly below a time under which every row has been read. It must trail, never
+// lead: a transaction that inserted while the floor was lower and commits much later is still read
+// live, and a clock that steps back drops the floor. (The EXPLAIN test in retention.test.ts checks which partitions a
 // floor skips; with the 50ms margin the test helpers set, every SSE, consistency and chaos test runs
 // across a moving floor too.)
 import { sql } from 'kysely';

@@ -1,5 +1,5 @@
 /**
- * Prints the configuration reference from src/config.ts's SETTINGS, so the two places users read it
+ * Prints the configuration reference from src/config/config.ts's SETTINGS, so the two places users read it
  * never restate a default by hand: `npx tsx src/cli/config-docs.ts env > .env.example` and
  * `npx tsx src/cli/config-docs.ts table` (the table in docs/configuration.md, between its markers).
  * test/config.test.ts parses both files and compares them with SETTINGS.

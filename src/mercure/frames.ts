@@ -34,7 +34,7 @@ interface StoredForm {
   data: string | null;
 }
 
-/** The internal stream every update is written to (not a valid native name: see validate.ts). */
+/** The internal stream every update is written to (not a valid native name: see feed/validate.ts). */
 export const MERCURE_STREAM = 'mercure/updates';
 
 const parsed = new WeakMap<FeedEvent, StoredUpdate>();

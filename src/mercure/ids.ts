@@ -1,10 +1,10 @@
 /**
  * The ids the hub generates for HTTP publishes: the update's position in the feed (its transaction id,
  * 60 bits, and row id, 62 bits), encrypted under the database's key (commitfeed.mercure_id_key,
- * migrations/0010) into the 122 random bits of a version-4 `urn:uuid:`. Resuming from such an id
- * decrypts it and goes straight to that row, so an update with a generated id needs no entry in the
- * id index (feed_mid_idx) and its row stores no id at all: about a fifth of an update's PostgreSQL
- * instructions in a group commit (bench/RESULTS.md, "Mercure publish cost", change 3).
+ * migrations/0010_mercure_id_key.ts) into the 122 random bits of a version-4 `urn:uuid:`. Resuming
+ * from such an id decrypts it and goes straight to that row, so an update with a generated id needs
+ * no entry in the id index (feed_mid_idx) and its row stores no id at all: about a fifth of an
+ * update's PostgreSQL instructions in a group commit (bench/RESULTS.md, "Mercure publish cost", change 3).
  *
  * Encrypted, not plain: ids are cursors shown to subscribers (the discovery Link, the
  * Mercure-Last-Event-ID field), and the draft (§Reconnection, §Security) asks that they disclose

@@ -100,11 +100,15 @@ export async function lastUpdateId(db: Db, at: Cursor, ids: MercureIds): Promise
   return r.mid ?? ids.idOf(r.txid, r.id);
 }
 
-/** The database's generated ids: its key (commitfeed.mercure_id_key, migrations/0010), read once. */
+/**
+ * The database's generated ids: its key (commitfeed.mercure_id_key, migrations/0010_mercure_id_key.ts),
+ * read once.
+ */
 export async function loadMercureIds(db: Db): Promise<MercureIds> {
   const { rows } = await db.executeQuery<{ key: Buffer }>(
     CompiledQuery.raw('select key from commitfeed.mercure_id_key'),
   );
-  if (rows[0] === undefined) throw new Error('commitfeed.mercure_id_key is empty (migrations/0010)');
+  if (rows[0] === undefined)
+    throw new Error('commitfeed.mercure_id_key is empty (migrations/0010_mercure_id_key.ts)');
   return new MercureIds(rows[0].key);
 }

@@ -31,7 +31,7 @@ begin
     return;
   end if;
   -- The transaction id first, then the time: a row's transaction has its id before the row's
-  -- created_at, which the tail read's floor relies on (TailFloor in src/feed/queries.ts).
+  -- created_at, which the tail read's floor relies on (TailFloor in src/feed/queries/read-tail.ts).
   -- clock_timestamp(), not now(): a row committed late must not be born already expired.
   perform pg_current_xact_id();
   at := clock_timestamp();
@@ -45,7 +45,7 @@ begin
         from unnest(streams, types, datas, mids, topics) as u(stream, type, data, mid, topic)
         returning id
       )
-      -- The same expression as the tail read's (src/feed/queries.ts, EVENT_COLUMNS).
+      -- The same expression as the tail read's (EVENT_COLUMNS in src/feed/queries/event-columns.ts).
       select pg_current_xact_id()::text, string_agg(ins.id::text, ',' order by ins.id),
              extract(epoch from at)::float8 * 1000
       from ins;

@@ -1,6 +1,6 @@
 -- commitfeed.mercure_invalid: the rules of src/mercure/publish.ts (validateUpdate) for one Mercure
 -- update, restated for the SQL entry points: what is wrong with it (NULL when it is valid). Lengths
--- are in characters; the limits are the hub's (src/mercure/limits.ts). Control characters are C0,
+-- are in characters; the limits are the hub's (LIMITS in src/mercure/publish.ts). Control characters are C0,
 -- DEL and C1; format characters are Unicode's general category Cf (Unicode 17, generated from
 -- JavaScript's \p{Cf}; test/mercure-sql.test.ts checks that both agree). `internal`: the hub's own
 -- updates (Mercure subscription events) may use the reserved namespace and the type `mercure`.
