@@ -1,4 +1,5 @@
-// Preload for a bench server (`--import`; bench/cpu-ab.ts --gc): what the garbage collector costs it.
+// Preload for a bench server (`--import`; bench/experiments/cpu-ab.ts --gc): what the garbage
+// collector costs it.
 // Young collections (scavenges) copy what is alive at that moment and promote what survives twice
 // into the old generation, where only a full collection frees it. An object that lives a little
 // too long, or that something stale in the old generation still points at, is copied and promoted

@@ -113,7 +113,7 @@ export class RawPoster {
   constructor(
     private readonly port: number,
     private readonly maxConns: number,
-    /** A server under valgrind (bench/instructions.ts) needs longer. */
+    /** A server under valgrind (bench/experiments/instructions.ts) needs longer. */
     private readonly timeoutMs = TIMEOUT_MS,
   ) {}
 

@@ -141,7 +141,7 @@ export class SelfCheck implements Measured {
   }
 
   /** One check: a marker followed through its path, judged and reported; resolves with its misses.
-   * The timer's (bench/self-check.ts calls it directly, with the timer set far off). */
+   * The timer's (bench/experiments/self-check.ts calls it directly, with the timer set far off). */
   async check(): Promise<Miss[]> {
     if (this.writing !== undefined) {
       // The last marker's commit has still not returned: that is this check's answer too.

@@ -31,7 +31,8 @@ export interface TailPage {
  * A time below which the tailer has read every row: the tail read skips the partitions wholly
  * below it. Without one the read's cost grows with every partition RETENTION keeps (each has its
  * own index to probe, twice per read: PostgreSQL CPU per read 157–177 µs with 13 partitions, 333–343
- * with 35, against 93–97 with the floor; bench/tail-floor.ts), though only the newest hold unread rows.
+ * with 35, against 93–97 with the floor; bench/experiments/tail-floor.ts), though only the newest
+ * hold unread rows.
  *
  * Why a floor is safe (TailFloorTracker keeps it): commitfeed.floor_mark gives a time T and a
  * transaction id X such that every transaction that had an id before T has one below X. A row's

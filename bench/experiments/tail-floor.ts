@@ -3,14 +3,14 @@
 // has 5. For each count: a fresh database whose older partitions hold rows, then the tail read of
 // the tailer's steady state (10 rows behind the end) run over and over on one connection, timed on
 // the wall and in the PostgreSQL backend's own CPU (/proc, so the server must be on this machine).
-// `npx tsx bench/tail-floor.ts [reads] [extra partitions, e.g. 0,8,30]` (DATABASE_URL: any server's admin database; default the
+// `npx tsx bench/experiments/tail-floor.ts [reads] [extra partitions, e.g. 0,8,30]` (DATABASE_URL: any server's admin database; default the
 // local one at 127.0.0.1:5432).
 import { readFileSync } from 'node:fs';
 import { type Kysely, sql } from 'kysely';
-import { createDatabase } from '../src/db/database.ts';
-import { migrate } from '../src/db/migrate.ts';
-import { readTail } from '../src/feed/queries/read-tail.ts';
-import type { Database } from '../src/db/database.ts';
+import { createDatabase } from '../../src/db/database.ts';
+import { migrate } from '../../src/db/migrate.ts';
+import { readTail } from '../../src/feed/queries/read-tail.ts';
+import type { Database } from '../../src/db/database.ts';
 
 const admin = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const reads = Number(process.argv[2] ?? 3000);

@@ -7,17 +7,17 @@
 //   pgbouncer     DATABASE_URL on Debian's PgBouncer in transaction mode (test/pgbouncer.ts)
 // Operations, one at a time: an autocommit statement on the query pool, a transaction of one
 // statement, and a single-event HTTP publish. CPU is read from /proc, so everything must run on this
-// machine. `npx tsx bench/pooler.ts [operations]` (DATABASE_URL: any server's admin database;
+// machine. `npx tsx bench/experiments/pooler.ts [operations]` (DATABASE_URL: any server's admin database;
 // default: an embedded PostgreSQL on BENCH_PG_PORT, 25391).
 import { readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import type pg from 'pg';
-import { scratchDatabase } from './lib/scratch-database.ts';
-import { loadConfig } from '../src/config/config.ts';
-import { createDatabase } from '../src/db/database.ts';
-import { migrate } from '../src/db/migrate.ts';
-import { type Server, startServer } from '../src/server.ts';
-import { startPgBouncer } from '../test/pgbouncer.ts';
+import { scratchDatabase } from '../lib/scratch-database.ts';
+import { loadConfig } from '../../src/config/config.ts';
+import { createDatabase } from '../../src/db/database.ts';
+import { migrate } from '../../src/db/migrate.ts';
+import { type Server, startServer } from '../../src/server.ts';
+import { startPgBouncer } from '../../test/pgbouncer.ts';
 
 const n = Number(process.argv[2] ?? 2000);
 const TICK_US = 10_000; // /proc/<pid>/stat counts CPU in 1/100 s

@@ -5,8 +5,8 @@
 // share excluded) ÷ publishes. On a machine shared with other work, where CPU seconds move with the
 // load (caches, frequency, preemption), this is the before → after measure of a code change.
 //
-//   npx tsx bench/instructions.ts --system commitfeed --db wt_bench_ir --port 3290 [--server-commit REF]
-//   npx tsx bench/instructions.ts --system floor --port 3291
+//   npx tsx bench/experiments/instructions.ts --system commitfeed --db wt_bench_ir --port 3290 [--server-commit REF]
+//   npx tsx bench/experiments/instructions.ts --system floor --port 3291
 //
 // commitfeed runs as the bench runs it (same environment, PostgreSQL at 127.0.0.1:5432, a fresh
 // database); `floor` is bench/peers/floor-server.ts (the bare Fastify handler: no subscriber). The
@@ -16,10 +16,10 @@ import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { benchFile } from './lib/context.ts';
-import { stop, waitForHttp } from './lib/proc.ts';
-import { RawPoster } from './lib/raw-post.ts';
-import { BENCH_MERCURE_ENV } from './scenarios/mercure.ts';
+import { benchFile } from '../lib/context.ts';
+import { stop, waitForHttp } from '../lib/proc.ts';
+import { RawPoster } from '../lib/raw-post.ts';
+import { BENCH_MERCURE_ENV } from '../scenarios/mercure.ts';
 
 const { values: v } = parseArgs({
   options: {

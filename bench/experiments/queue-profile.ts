@@ -9,19 +9,19 @@
 // Measures: enqueue 100 per call × 8 senders; a backlog drained by N workers claiming 10 (ack on the
 // next claim); enqueue → start at a steady rate with N idle workers.
 //
-//   npx tsx bench/queue-profile.ts --help
+//   npx tsx bench/experiments/queue-profile.ts --help
 import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { benchFile } from './lib/context.ts';
-import { spawnNode, stop, waitForHttp, Worker } from './lib/proc.ts';
-import { fmtMs, fmtNum, markdownTable, type Table, textTable } from './lib/report.ts';
-import { cpuSeconds, pidsByName, treeCpuSeconds } from './lib/sys.ts';
-import { summarizeProfile } from './lib/profile.ts';
-import type { LoadArgs, Measure, MeasureResult, System } from './workers/queue-load.ts';
+import { benchFile } from '../lib/context.ts';
+import { spawnNode, stop, waitForHttp, Worker } from '../lib/proc.ts';
+import { fmtMs, fmtNum, markdownTable, type Table, textTable } from '../lib/report.ts';
+import { cpuSeconds, pidsByName, treeCpuSeconds } from '../lib/sys.ts';
+import { summarizeProfile } from '../lib/profile.ts';
+import type { LoadArgs, Measure, MeasureResult, System } from '../workers/queue-load.ts';
 
-const HELP = `npx tsx bench/queue-profile.ts [options]
+const HELP = `npx tsx bench/experiments/queue-profile.ts [options]
   --db NAME             database on 127.0.0.1:5432, dropped and created (default commitfeed_qprof)
   --port N              commitfeed's port (default 3240)
   --systems a,b         commitfeed-http,graphile-worker (default); also pg-boss, commitfeed-sql

@@ -1,4 +1,4 @@
-// Webhooks against a bare fetch loop, one run: `npx tsx bench/webhooks.ts --db wt_bench --port 20160
+// Webhooks against a bare fetch loop, one run: `npx tsx bench/experiments/webhooks.ts --db wt_bench --port 20160
 // --receiver-port 20161 [--events 5000] [--concurrency 32] [--rate 100] [--seconds 10]`.
 // Drops and creates the database on DATABASE_ADMIN_URL (default postgres://postgres@127.0.0.1:5432/
 // postgres), starts commitfeed (`src/main.ts`, WEBHOOK_ALLOW_ADDRESSES=127.0.0.1) and the receiver
@@ -13,8 +13,8 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { signatures } from '../src/webhooks/signing.ts';
-import { spawnNode, stop, waitForHttp } from './lib/proc.ts';
+import { signatures } from '../../src/webhooks/signing.ts';
+import { spawnNode, stop, waitForHttp } from '../lib/proc.ts';
 
 const { values: o } = parseArgs({
   options: {

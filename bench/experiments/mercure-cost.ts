@@ -5,7 +5,7 @@
 // on the machine changes it little. The tail read that follows a commit is not here (the bench's
 // scenario 7 counts it); this isolates what each statement costs the backend that runs it.
 //
-//   npx tsx bench/mercure-cost.ts [--db NAME] [--groups 1,8,32] [--events N] [--only a,b] [--setup SQL]
+//   npx tsx bench/experiments/mercure-cost.ts [--db NAME] [--groups 1,8,32] [--events N] [--only a,b] [--setup SQL]
 //
 // against the PostgreSQL on 127.0.0.1:5432 (or ADMIN_URL); the database is dropped and created afresh,
 // migrated, and dropped at the end.
@@ -14,8 +14,8 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
-import { migrate } from '../src/db/migrate.ts';
-import { cpuSeconds } from './lib/sys.ts';
+import { migrate } from '../../src/db/migrate.ts';
+import { cpuSeconds } from '../lib/sys.ts';
 
 /** On-CPU seconds of a process: /proc/<pid>/schedstat (nanoseconds), else /proc/<pid>/stat (ticks). */
 function onCpu(pid: number): number {

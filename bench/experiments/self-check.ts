@@ -4,16 +4,16 @@
 // alone, then with server B on the same database (B's check off: it hears A's markers as foreign).
 // Each phase is compared with as long a stretch without markers (the tailers' polls, the sampler),
 // which is subtracted. PostgreSQL's CPU is the database's backends' own (/proc, so the server must be
-// on this machine). `npx tsx bench/self-check.ts [markers]` (DATABASE_URL: any server's admin
+// on this machine). `npx tsx bench/experiments/self-check.ts [markers]` (DATABASE_URL: any server's admin
 // database; default: an embedded PostgreSQL started here on BENCH_PG_PORT, 25390, below the
 // ephemeral port range).
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
-import { scratchDatabase } from './lib/scratch-database.ts';
-import { loadConfig } from '../src/config/config.ts';
-import { migrate } from '../src/db/migrate.ts';
-import { createDatabase } from '../src/db/database.ts';
-import { type Server, startServer } from '../src/server.ts';
+import { scratchDatabase } from '../lib/scratch-database.ts';
+import { loadConfig } from '../../src/config/config.ts';
+import { migrate } from '../../src/db/migrate.ts';
+import { createDatabase } from '../../src/db/database.ts';
+import { type Server, startServer } from '../../src/server.ts';
 
 const markers = Number(process.argv[2] ?? 2000);
 const TICK_US = 10_000; // /proc/<pid>/stat counts CPU in 1/100 s

@@ -8,18 +8,18 @@
 // --gc: every server also runs bench/lib/gc-stats.mjs, and each turn reports the bytes its young
 // collections promoted per request and their time per request (bench/RESULTS.md, "Promoted garbage").
 //
-//   npx tsx bench/cpu-ab.ts --dirs /tmp/before,/tmp/after --db wt_x_ab --port 3290 --rounds 5
+//   npx tsx bench/experiments/cpu-ab.ts --dirs /tmp/before,/tmp/after --db wt_x_ab --port 3290 --rounds 5
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { benchFile, type Server } from './lib/context.ts';
-import { parseEnvList } from './lib/options.ts';
-import { startFloor } from './lib/peers.ts';
-import { spawnNode, stop, waitForHttp, Worker } from './lib/proc.ts';
-import { cpuSeconds } from './lib/sys.ts';
-import { BENCH_MERCURE_ENV } from './scenarios/mercure.ts';
-import type { HttpLoadArgs, HttpLoadResult } from './workers/http-load.ts';
+import { benchFile, type Server } from '../lib/context.ts';
+import { parseEnvList } from '../lib/options.ts';
+import { startFloor } from '../lib/peers.ts';
+import { spawnNode, stop, waitForHttp, Worker } from '../lib/proc.ts';
+import { cpuSeconds } from '../lib/sys.ts';
+import { BENCH_MERCURE_ENV } from '../scenarios/mercure.ts';
+import type { HttpLoadArgs, HttpLoadResult } from '../workers/http-load.ts';
 
 const { values: v } = parseArgs({
   options: {

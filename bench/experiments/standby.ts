@@ -1,7 +1,7 @@
 /**
  * Feed reads on a streaming standby beside the primary-only setup, in one run:
  *
- *   npx tsx bench/standby.ts [--events 300000] [--rounds 2] [--rate 500] [--subs 20] [--seconds 10] [--port 54358]
+ *   npx tsx bench/experiments/standby.ts [--events 300000] [--rounds 2] [--rate 500] [--subs 20] [--seconds 10] [--port 54358]
  *
  * Starts its own primary + streaming standby (test/standby-cluster.ts, ports --port and --port + 1)
  * and two commitfeed processes on the same primary: `primary` (no READ_DATABASE_URL) and `standby`
@@ -22,14 +22,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { startStandbyCluster } from '../test/standby-cluster.ts';
-import { benchFile, log } from './lib/context.ts';
-import { killAll, spawnNode, stop, waitForHttp } from './lib/proc.ts';
-import { fmtNum } from './lib/report.ts';
-import { SseConnection } from './lib/sse-client.ts';
-import { Recorder, monoMs } from './lib/stats.ts';
-import { cpuSeconds, machineBusySeconds } from './lib/sys.ts';
-import { httpPath, postJson } from './lib/targets.ts';
+import { startStandbyCluster } from '../../test/standby-cluster.ts';
+import { benchFile, log } from '../lib/context.ts';
+import { killAll, spawnNode, stop, waitForHttp } from '../lib/proc.ts';
+import { fmtNum } from '../lib/report.ts';
+import { SseConnection } from '../lib/sse-client.ts';
+import { Recorder, monoMs } from '../lib/stats.ts';
+import { cpuSeconds, machineBusySeconds } from '../lib/sys.ts';
+import { httpPath, postJson } from '../lib/targets.ts';
 
 const { values: v } = parseArgs({
   options: {
@@ -271,7 +271,7 @@ async function tailLatency(
 main().then(
   () => process.exit(0),
   (err: Error) => {
-    console.error(`bench/standby failed: ${err.stack ?? err.message}`);
+    console.error(`bench/experiments/standby failed: ${err.stack ?? err.message}`);
     killAll();
     process.exit(1);
   },

@@ -7,14 +7,14 @@
 // its sockets' kernel send queues (/proc/net/tcp, by the server's port), and the host's TCP memory
 // (/proc/net/sockstat, every socket of the host: the stalled clients' receive buffers too).
 //
-// npx tsx bench/slow-readers.ts --db wt_readers_bench --port 14160 --readers 2000 /work/main /work/wt-readers
+// npx tsx bench/experiments/slow-readers.ts --db wt_readers_bench --port 14160 --readers 2000 /work/main /work/wt-readers
 // (DATABASE_URL names the admin database of the PostgreSQL to use; `--db`_N is made afresh for tree N.)
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { parseEnvList } from './lib/options.ts';
+import { parseEnvList } from '../lib/options.ts';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
