@@ -1,7 +1,7 @@
 // A Mercure update's canonical topic moves into the feed row (the `topic` column and its partial
 // index), and its id's index becomes a hash index: an update written by the group commit cost its feed
 // row plus a commitfeed.mercure_topics row (heap and two indexes) and a btree entry for a random id,
-// about 2.4x the instructions of a native event's row (bench/RESULTS.md, "Mercure publish cost").
+// about 2.4x the instructions of a native event's row (bench/HISTORY.md, "Mercure publish cost").
 // commitfeed.mercure_topics keeps the other topics of an update (and every topic of the updates
 // written before this migration, which exact-topic catch-up still reads there).
 // Frozen once released; never import application code here.

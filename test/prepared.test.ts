@@ -105,7 +105,7 @@ t.test(
   'a feed-read pool (genericPlans) runs the tail read on its generic plan from the first run',
   async (t) => {
     // On a fresh feed PostgreSQL may find custom plans cheaper and plan the read again on every run
-    // (570–720 µs of its CPU per read in bench/RESULTS.md); the tail's own pool never does.
+    // (570–720 µs of its CPU per read in bench/HISTORY.md); the tail's own pool never does.
     const url = await testDatabase(t);
     const { db } = createDatabase({ url, poolSize: 1, statementTimeoutMs: 5000, log, genericPlans: true });
     t.teardown(() => db.destroy());

@@ -33,7 +33,7 @@ const PER_CONNECTION = 48 * KiB;
  * the time a sweep takes to come (an early sweep every 25 ms at most, the table read) on a loaded
  * machine, plus heap garbage not yet collected — the most of it: in a CI run beside two other test
  * runs the heap grew by 178 MiB before a collection (RSS growth 186 MiB, kernel queues 16 MiB).
- * Without the bound the same load costs over 1.2 GiB (bench/RESULTS.md). */
+ * Without the bound the same load costs over 1.2 GiB (bench/RESULTS.md, "Slow readers"). */
 const SLACK = 128 * MiB;
 
 /** Open file descriptors allowed (`ulimit -n`): each stalled reader takes two here (both ends). */

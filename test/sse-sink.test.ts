@@ -1,9 +1,9 @@
 // The SSE sink over a raw Node response (src/http/sse.ts). Its write hands each frame to the socket
 // at once instead of leaving it corked until the next tick: a fan-out writes to every subscriber in
 // one tick, and frames held that long are promoted to the old generation (the memory per connection
-// measured in bench/RESULTS.md). Backpressure must still reach the hub. What the slow-reader sweep
-// reads of the socket (its bytes in flight) counts each byte once, and its reset frees the kernel's
-// queue at once.
+// measured in bench/HISTORY.md, "Fan-out memory, round two"). Backpressure must still reach the hub.
+// What the slow-reader sweep reads of the socket (its bytes in flight) counts each byte once, and its
+// reset frees the kernel's queue at once.
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { type IncomingMessage, type ServerResponse, createServer, request } from 'node:http';

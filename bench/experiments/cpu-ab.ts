@@ -6,7 +6,7 @@
 // turn ÷ the requests it answered. Alternating turns puts every system under the same spread of
 // machine load; the medians are the figures to compare.
 // --gc: every server also runs bench/lib/gc-stats.mjs, and each turn reports the bytes its young
-// collections promoted per request and their time per request (bench/RESULTS.md, "Promoted garbage").
+// collections promoted per request and their time per request (bench/HISTORY.md, "Promoted garbage").
 //
 //   npx tsx bench/experiments/cpu-ab.ts --dirs /tmp/before,/tmp/after --db wt_x_ab --port 3290 --rounds 5
 import { existsSync, readFileSync } from 'node:fs';

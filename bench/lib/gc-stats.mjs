@@ -3,7 +3,7 @@
 // Young collections (scavenges) copy what is alive at that moment and promote what survives twice
 // into the old generation, where only a full collection frees it. An object that lives a little
 // too long, or that something stale in the old generation still points at, is copied and promoted
-// on every request: bench/RESULTS.md, "Promoted garbage". Counts every collection from the start;
+// on every request: bench/HISTORY.md, "Promoted garbage". Counts every collection from the start;
 // on SIGUSR2 writes the running totals to GC_STATS_FILE, `seq` going up by one per write, so the
 // bench reads a figure for each measured turn as the difference of two writes.
 import { writeFileSync } from 'node:fs';

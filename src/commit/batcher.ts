@@ -99,7 +99,7 @@ export class Batcher<I, R> {
    * one group come back together and their clients' next requests arrive a few hundred µs apart, so
    * starting at the first would send a group of one beside one of dozens, and every statement costs
    * PostgreSQL and this process a round trip, a wake-up and a notifying commit. A lone request (light
-   * load) still goes at once beside a statement of one. Measured: bench/RESULTS.md, "Hot path, round four".
+   * load) still goes at once beside a statement of one. Measured: bench/HISTORY.md, "Hot path, round four".
    */
   private worthStarting(): boolean {
     if (this.inflight === 0) return true;

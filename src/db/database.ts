@@ -91,7 +91,7 @@ function sessionClient(opts: DbOptions): pg.PoolConfig {
     // without. Our queries are short index scans; JIT never pays for itself here.
     // force_generic_plan (feed-read pools only): on a fresh feed PostgreSQL finds the tail read's
     // custom plans cheaper than its generic one and plans it again on every run, 570–720 µs of its
-    // CPU per read against ~100 µs with the generic plan (bench/RESULTS.md, "The tail read against
+    // CPU per read against ~100 µs with the generic plan (bench/HISTORY.md, "The tail read against
     // the number of partitions"). The setting covers the pool's unnamed statements too, so it is not
     // set on the pool that runs everything else.
     options: opts.genericPlans ? '-c jit=off -c plan_cache_mode=force_generic_plan' : '-c jit=off',

@@ -7,7 +7,7 @@
  * the feed's: a transaction is recorded only after its commit returned, so its rows are committed,
  * and the horizon decides when they are final, exactly as for rows read from the table. Measured
  * before this: reading back every event written was ~40% of the server's CPU per event of a
- * batched publish (bench/RESULTS.md, "Hot path, round four").
+ * batched publish (bench/HISTORY.md, "Hot path, round four").
  *
  * Lifecycle: the group commit records each committed statement (its transaction id, the new ids in
  * input order, the one created_at time of its rows, and the events) before it wakes the tailer.

@@ -54,7 +54,7 @@ export function installDrain(app: FastifyInstance, opts: { retryMs: number; rele
    * obsolete table still points at the answers it held and at the next table, so once one is old
    * enough to be promoted, the whole chain and every answer in it (request, response, body, socket
    * buffers) is promoted at each young collection until the next full one: ~2 KB per publish
-   * (bench/RESULTS.md, "Promoted garbage"). Here a request only overwrites its connection's value. */
+   * (bench/HISTORY.md, "Promoted garbage"). Here a request only overwrites its connection's value. */
   const answers = new Map<Socket, ServerResponse | null>();
   let idle: (() => void) | undefined;
   // One listener function for every response (`this` is the response), not a closure and a `once`

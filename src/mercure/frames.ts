@@ -22,7 +22,7 @@ export interface StoredUpdate {
 
 /**
  * The feed row's `data`: {"topics", "id", "private", "retry", "data"} as written before change 3
- * (bench/RESULTS.md, "Mercure publish cost"; such rows stay readable), now without what is implied:
+ * (bench/HISTORY.md, "Mercure publish cost"; such rows stay readable), now without what is implied:
  * no `id` when the hub generated it (the row's position, encrypted: ids.ts), no `private` when false, no
  * `retry` when null. A smaller row, and no id index entry for generated ids.
  */

@@ -4,7 +4,7 @@
  * migrations/0010_mercure_id_key.ts) into the 122 random bits of a version-4 `urn:uuid:`. Resuming
  * from such an id decrypts it and goes straight to that row, so an update with a generated id needs
  * no entry in the id index (feed_mid_idx) and its row stores no id at all: about a fifth of an
- * update's PostgreSQL instructions in a group commit (bench/RESULTS.md, "Mercure publish cost", change 3).
+ * update's PostgreSQL instructions in a group commit (bench/HISTORY.md, "Mercure publish cost", change 3).
  *
  * Encrypted, not plain: ids are cursors shown to subscribers (the discovery Link, the
  * Mercure-Last-Event-ID field), and the draft (§Reconnection, §Security) asks that they disclose

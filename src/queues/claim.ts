@@ -80,7 +80,7 @@ export async function claimJobs(
 /**
  * The claim statement, unlocked and locked ($1 queue, $2 max, $3 lease seconds). Fixed texts, run as
  * named prepared statements: planning this statement afresh cost more PostgreSQL CPU than running it
- * (measured per claim of 10: ~1.7 → ~0.8 ms of backend CPU; bench/RESULTS.md "Queue hot path").
+ * (measured per claim of 10: ~1.7 → ~0.8 ms of backend CPU; bench/HISTORY.md "Queue hot path").
  */
 const claimSql = (locked: boolean) =>
   prepared(`

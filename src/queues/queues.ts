@@ -106,7 +106,7 @@ export class Queues {
    * say "no rows" whatever it holds later; the claim, ack and enqueue statements are prepared, and
    * their plans, made against those statistics (sequential scans, nested loops over them), are kept
    * until the statistics change. Measured: 5–30 ms of PostgreSQL CPU per job, where 1 ms is normal,
-   * at 200 jobs/s into a queue refilled after a vacuum (bench/RESULTS.md, "Queues: where a job's
+   * at 200 jobs/s into a queue refilled after a vacuum (bench/HISTORY.md, "Queues: where a job's
    * time goes"). So every STATS_CHECK_JOBS jobs enqueued here, the tables that doubled since their
    * last ANALYZE are analysed (the janitor's 10-second check, without waiting for it, and where the
    * janitor is off); new statistics make every connection plan its statements again. One check at a

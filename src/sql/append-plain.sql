@@ -4,7 +4,7 @@
 -- statement, so that the service can hold the events as the tail read would return them: see
 -- src/feed/own-writes.ts). The service's group commit calls it for groups without keys: one row
 -- instead of one per event was ~1.5 µs less of the service's CPU per event of a 1,000-event batch
--- (node-postgres parses every row it receives) and no more of PostgreSQL's (bench/RESULTS.md, "Hot
+-- (node-postgres parses every row it receives) and no more of PostgreSQL's (bench/HISTORY.md, "Hot
 -- path, round four"). append_unchecked's no-key path is this function, so there is one insert.
 --
 -- The Mercure hub's updates (stream mercure/updates) are written here too, by the group commit and

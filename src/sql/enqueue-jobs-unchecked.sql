@@ -2,7 +2,7 @@
 -- dedup, job insert, wake-up), for a caller that applied the same rules already: the service's group
 -- commit, whose every job passed src/queues/validate.ts (toJobInput), and commitfeed.enqueue_jobs
 -- after its own checks. The checks were most of a one-job call's work (pgbench, one job per call:
--- see bench/RESULTS.md "Queue enqueue path"). Anything else calls commitfeed.enqueue_jobs: invalid
+-- see bench/HISTORY.md "Queue hot path"). Anything else calls commitfeed.enqueue_jobs: invalid
 -- input here is stored, not refused. The arguments and the first two result columns are
 -- commitfeed.enqueue_jobs's.
 --
