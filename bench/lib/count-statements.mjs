@@ -1,8 +1,8 @@
 // Counts the statements a process sends through node-postgres, by statement text, for
 // bench/experiments/queue-profile.ts. Loaded with `node --import` (plain JavaScript: it runs before
-// tsx's hooks);
-// with STATEMENT_COUNTS_DIR set, every pg.Client#query is counted (a prepared statement's PREPARE and
-// EXECUTE count once: one query call), and SIGUSR2 writes the counts so far to <dir>/<pid>.json.
+// tsx's hooks); with STATEMENT_COUNTS_DIR set, every pg.Client#query is counted (a prepared
+// statement's PREPARE and EXECUTE count once: one query call), and SIGUSR2 writes the counts so far
+// to <dir>/<pid>.json.
 // Every package here resolves the same node_modules/pg, so the server's pool, graphile-worker's and
 // pg-boss's are all counted.
 import { writeFileSync } from 'node:fs';

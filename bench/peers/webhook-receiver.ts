@@ -1,8 +1,8 @@
 // The webhook bench's receiver (bench/experiments/webhooks.ts): answers 204 to every POST /r/<run>,
 // and keeps per run the distinct webhook-ids (or body ids) seen and each first delivery's latency:
 // its arrival time minus `t`, the sender's epoch milliseconds in the event data
-// (performance.timeOrigin + performance.now(), one clock for every process of the machine). GET /stats/<run> answers
-// {count, distinct, p50, p99, first, last}.
+// (performance.timeOrigin + performance.now(), one clock for every process of the machine).
+// GET /stats/<run> answers {count, distinct, p50, p99, first, last}.
 import http from 'node:http';
 
 interface Run {
