@@ -319,6 +319,9 @@ async function main(): Promise<void> {
     command,
     '```',
     '',
+    'Runs since this one (single scenarios with `--no-write`, the experiments): [Latest results](#latest-results), ' +
+      'below. Every run recorded: [HISTORY.md](HISTORY.md).',
+    '',
     '| machine | |',
     '| --- | --- |',
     ...Object.entries(facts).map(([k, v]) => `| ${k} | ${v.replace(/\|/g, '\\|')} |`),
