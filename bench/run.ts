@@ -287,7 +287,7 @@ async function main(): Promise<void> {
     c.pass === undefined ? 'not measured' : c.pass ? 'met' : 'NOT MET',
   ]);
   const checkTable = {
-    title: 'Targets (from DESIGN.md)',
+    title: 'Targets',
     columns: ['#', 'what', 'target', 'measured', 'verdict'],
     rows: checks,
     notes: [],

@@ -271,7 +271,7 @@ async function tailLatency(
 main().then(
   () => process.exit(0),
   (err: Error) => {
-    console.error(`bench/experiments/standby failed: ${err.stack ?? err.message}`);
+    console.error(`standby bench failed: ${err.stack ?? err.message}`);
     killAll();
     process.exit(1);
   },

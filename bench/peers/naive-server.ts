@@ -1,10 +1,11 @@
-// Peer (a)/(b) of the bench: the design DESIGN.md warns about, built the obvious way.
+// Peer (a)/(b) of the bench: the design commitfeed avoids, built the obvious way.
 // Every publish is its own transaction: BEGIN; INSERT ... RETURNING id; pg_notify; COMMIT
 // (four round trips, one notifying commit each). `?notify=0` skips the notify (peer b).
 // `?nodb=1` answers 201 without touching the database (peer e, the HTTP ceiling): what node:http,
 // JSON parsing and the load generator cost on this machine before any server does any work.
-// Readers poll `WHERE id > cursor` every 50 ms per subscriber (the seed design), which also has
-// the lost-event bug from DESIGN.md; scenario 6 shows it.
+// Readers poll `WHERE id > cursor` every 50 ms per subscriber (the seed design), which also loses
+// events: a row whose transaction commits after a higher id was read is skipped for good
+// (docs/architecture.md#why-the-feed-is-read-by-transaction-id); scenario 6 shows it.
 //
 // Env: DATABASE_URL, PORT (default 3100), NAIVE_POOL_SIZE (10), NAIVE_POLL_INTERVAL (50ms; a duration
 // with a unit, as commitfeed's own settings).
