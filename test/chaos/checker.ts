@@ -15,12 +15,15 @@
  *   gets an answer; any other 503 must never have committed (the retry would report `duplicate`),
  *   which is checked. Raw SQL
  *   transactions that lose their connection at COMMIT are unknown and resolved from the table.
- * - Readers: SSE subscribers over a handful of streams (a few read several streams on one
- *   connection), half from `earliest`, half live; each disconnects at random and resumes with its
- *   last id, on any replica. A live reader's expectations start after the id primed at its first
- *   connect.
+ * - Readers (test/chaos/readers.ts): SSE subscribers over a handful of streams (a few read several
+ *   streams on one connection), half from `earliest`, half live; each disconnects at random and
+ *   resumes with its last id, on any replica; one in ten is a real EventSource that reconnects by
+ *   itself. A live reader's expectations start after the id primed at its first connect. Every
+ *   (re)connect's HTTP answer is tallied.
  * - Faults: kill -9 + restart of a service process, restart of PostgreSQL, pg_terminate_backend of
  *   the LISTEN connections and of pooled connections, a writing transaction held open for seconds.
+ *   While PostgreSQL (or PgBouncer) is down, an outage probe to every replica: an SSE request whose
+ *   start only the database can decide, which must be answered 200 and say `reset` once it is back.
  * - Pooler mode (`--pooler`): the services and the SQL writers reach PostgreSQL through a real
  *   PgBouncer in transaction mode (test/pgbouncer.ts), the services with DIRECT_DATABASE_URL on
  *   PostgreSQL itself. One more fault: PgBouncer restarted (every pooled connection cut at once).
@@ -29,7 +32,8 @@
  *   Two more faults: replay paused for a while (the standby lags; reads fall over to the primary),
  *   and the standby restarted. A PostgreSQL restart restarts the primary.
  * - Verdict: for every reader, the events received = the committed events of its streams in
- *   (txid, id) order, each exactly once, none rolled back. One line; the first divergence on failure.
+ *   (txid, id) order, each exactly once, none rolled back; and every SSE request that got an HTTP
+ *   answer got 200 (the faults are all transient). One line; the first divergence on failure.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
@@ -38,8 +42,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
-import { isPrimer, parseSse, splitEventId, textChunks } from '../../src/client/sse.ts';
-import { compareCursors, formatCursor, parseCursor } from '../../src/feed/cursor.ts';
+import { compareCursors, parseCursor } from '../../src/feed/cursor.ts';
 import type { EventInput } from '../../src/feed/event.ts';
 import { MARKER_STREAM } from '../../src/feed/marker.ts';
 import { appendEvents } from '../../src/feed/queries/append.ts';
@@ -48,6 +51,16 @@ import type { Database } from '../../src/db/database.ts';
 import { type PgBouncer, startPgBouncer } from '../pgbouncer.ts';
 import { type StandbyCluster, startStandbyCluster } from '../standby-cluster.ts';
 import { nodeArgs } from '../ts-node-args.ts';
+import {
+  type Reader,
+  type ReaderRun,
+  makeReaders,
+  newTally,
+  outageProbe,
+  position,
+  runReader,
+  tallyLine,
+} from './readers.ts';
 
 export interface ChaosOptions {
   seed: number;
@@ -198,34 +211,12 @@ interface Ledger {
   retries: number;
 }
 
-/** A cursor without the feed's tag: the writers' answers carry it, the truth is read from the table
- * without it; positions are what is compared. */
-function position(cursor: string): string {
-  const c = parseCursor(cursor);
-  return c === undefined ? cursor : formatCursor(c);
-}
-
 function record(ledger: Ledger, key: string, stream: string, outcome: Outcome, tagged?: string): void {
   const id = tagged === undefined ? undefined : position(tagged);
   const prev = ledger.keys.get(key);
   if (prev?.id !== undefined && id !== undefined && prev.id !== id)
     ledger.idMismatch.push(`${key}: ${prev.id} vs ${id}`);
   ledger.keys.set(key, { stream, outcome, id: id ?? prev?.id });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Readers.
-
-interface Reader {
-  n: number;
-  streams: string[];
-  mode: 'earliest' | 'live';
-  /** Expectations start after this cursor (START for earliest; the first primed id for live). */
-  startAfter: string | undefined;
-  cursor: string | undefined;
-  received: { id: string; key: string }[];
-  connects: number;
-  errors: number;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -300,10 +291,12 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     }
     // What the services and the SQL writers connect to; the truth is read from PostgreSQL itself.
     const appUrl = bouncer ? bouncer.url(dbUrl) : dbUrl;
-    const restartPg = async () => {
+    /** `whileDown`: called once PostgreSQL is down, before it starts again. */
+    const restartPg = async (whileDown: () => void) => {
       pgDown = true;
       if (cluster) await cluster.stopPrimary();
       else await pgdb!.stop();
+      whileDown();
       await sleep(r.int(200, 1200));
       if (cluster) await cluster.startPrimary();
       else pgdb = await startEmbeddedPostgres({ dir: pgDir, port: opts.pgPort });
@@ -360,91 +353,11 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     const newKey = (w: string) => `${w}.${keySeq++}`;
     const ev = (stream: string, key: string, w: string) => ({ data: { s: stream, k: key, w }, key });
 
-    // ---- readers
-    const readers: Reader[] = [];
-    for (let i = 0; i < opts.readers; i++) {
-      const multi = i % 10 === 9;
-      const first = r.pick(streams);
-      const rs = multi ? [...new Set([first, r.pick(streams), r.pick(streams)])] : [first];
-      readers.push({
-        n: i,
-        streams: rs,
-        mode: i % 2 === 0 ? 'earliest' : 'live',
-        startAfter: i % 2 === 0 ? '0-0' : undefined,
-        cursor: undefined,
-        received: [],
-        connects: 0,
-        errors: 0,
-      });
-    }
+    // ---- readers (test/chaos/readers.ts)
+    const readers = makeReaders(opts.readers, streams, r);
     let draining = false;
     const readerDone = new Set<Reader>();
     let expectedFinal: Map<Reader, string[]> | undefined;
-
-    const runReader = async (rd: Reader, rr: Rng) => {
-      while (!stopped) {
-        if (expectedFinal && caughtUp(rd)) {
-          readerDone.add(rd);
-          return;
-        }
-        const svc = rr.pick(services);
-        const qs =
-          rd.streams.length === 1
-            ? ''
-            : `?${rd.streams.map((s) => `stream=${encodeURIComponent(s)}`).join('&')}`;
-        const base =
-          rd.streams.length === 1
-            ? `${svc.url}/v1/streams/${rd.streams[0]}/events`
-            : `${svc.url}/v1/events${qs}`;
-        const headers: Record<string, string> = { accept: 'text/event-stream' };
-        let url = base;
-        if (rd.cursor !== undefined) headers['last-event-id'] = rd.cursor;
-        else if (rd.mode === 'earliest') url += `${qs === '' ? '?' : '&'}from=earliest`;
-        const abort = new AbortController();
-        // Disconnect at random (not while draining: then the only goal is to catch up).
-        const life = draining ? 60_000 : rr.int(200, 4000);
-        const timer = setTimeout(() => abort.abort(), life);
-        const poll = setInterval(() => {
-          if (stopped || (expectedFinal && caughtUp(rd))) abort.abort();
-        }, 100);
-        try {
-          rd.connects++;
-          const res = await fetch(url, { headers, signal: abort.signal });
-          if (res.status !== 200 || !res.body) {
-            await res.arrayBuffer().catch(() => {});
-            rd.errors++;
-          } else {
-            for await (const m of parseSse(textChunks(res.body))) {
-              if (m.data === undefined || isPrimer(m)) {
-                // The primed id: where a live reader's expectations begin.
-                if (isPrimer(m) && rd.cursor === undefined) {
-                  rd.cursor = m.id;
-                  if (rd.startAfter === undefined && m.id !== undefined) rd.startAfter = position(m.id);
-                }
-                continue;
-              }
-              if (m.event === 'unavailable') continue;
-              // A reader of several streams gets ids naming the stream after the cursor.
-              const id = splitEventId(m.id ?? '').cursor;
-              let key = '?';
-              try {
-                key = (JSON.parse(m.data) as { k: string }).k;
-              } catch {
-                // kept as '?': reported as a divergence
-              }
-              rd.received.push({ id: position(id), key });
-              rd.cursor = id;
-            }
-          }
-        } catch {
-          if (!abort.signal.aborted) rd.errors++;
-        } finally {
-          clearTimeout(timer);
-          clearInterval(poll);
-        }
-        await sleep(rr.int(10, 300));
-      }
-    };
     const caughtUp = (rd: Reader): boolean => {
       const exp = expectedFinal?.get(rd);
       if (!exp) return false;
@@ -602,7 +515,16 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
         ),
       );
     }
-    const readerTasks = readers.map((rd) => runReader(rd, rng(opts.seed * 7919 + rd.n)));
+    const tally = newTally(t0);
+    const run: ReaderRun = {
+      services,
+      tally,
+      stopped: () => stopped,
+      draining: () => draining,
+      caughtUp,
+      done: (rd) => readerDone.add(rd),
+    };
+    const readerTasks = readers.map((rd) => runReader(rd, rng(opts.seed * 7919 + rd.n), run));
 
     // ---- faults, until 3 s before the end (so the last outage has time to heal before draining)
     const fr = rng(opts.seed ^ 0x5eed);
@@ -614,6 +536,11 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     if (cluster) kinds.push('pauseReplay', 'restartStandby');
     if (bouncer) kinds.push('restartPooler');
     let deck: string[] = [];
+    // While the database or the pooler is down: an SSE request to every replica that is up.
+    const probes: Promise<string | undefined>[] = [];
+    const probe = (during: string) => {
+      for (const s of services) if (s.up) probes.push(outageProbe(run, s, during));
+    };
     const faults = (async () => {
       await sleep(1000);
       const lastChance = t0 + 3 * opts.durationS * 1000;
@@ -638,7 +565,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
             restarts.push(sleep(delay).then(() => svc.start()));
           }
         } else if (kind === 'restartPg') {
-          await restartPg();
+          await restartPg(() => probe('a PostgreSQL restart'));
           // The services heal on their own; wait until they say so before the next fault.
           await Promise.all(services.map((s) => waitReady(s)));
         } else if (kind === 'pauseReplay' && cluster) {
@@ -652,7 +579,10 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
           await cluster.startStandby();
         } else if (kind === 'restartPooler' && bouncer) {
           // Every pooled connection cut at once, and none to be had for a moment.
-          await bouncer.restart(fr.int(100, 800));
+          await bouncer.stop();
+          probe('a PgBouncer restart');
+          await sleep(fr.int(100, 800));
+          await bouncer.start();
         } else if (kind === 'killListen' || (kind === 'killPooled' && !bouncer)) {
           const app = kind === 'killListen' ? 'commitfeed-listen' : 'commitfeed';
           await admin((c) =>
@@ -701,6 +631,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     await faults;
     await Promise.all(writerTasks);
     await Promise.all(restarts);
+    const probeProblems = (await Promise.all(probes)).filter((p) => p !== undefined);
     // Heal: every replica up and ready before the truth is read.
     for (const s of services) if (!s.up) await s.start();
     await Promise.all(services.map((s) => waitReady(s)));
@@ -715,7 +646,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       where stream <> ${MARKER_STREAM} order by txid, id`.execute(check);
     const inTable = new Map<string, { cursor: string; stream: string }>();
     for (const row of rows) if (row.key !== null) inTable.set(row.key, row);
-    const problems: string[] = [];
+    const problems: string[] = [...probeProblems];
     let unknownResolved = 0;
     for (const [key, k] of ledger.keys) {
       const row = inTable.get(key);
@@ -779,7 +710,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
                   ? `${g} (a DUPLICATE of index ${got.indexOf(g)})`
                   : `${g} (out of order or a gap before it)`;
           firstDivergence =
-            `reader ${rd.n} (${rd.mode}, streams ${rd.streams.join('+')}, after ${rd.startAfter}, ${rd.connects} connects) ` +
+            `reader ${rd.n} (${rd.kind}, ${rd.mode}, streams ${rd.streams.join('+')}, after ${rd.startAfter}, ${rd.connects} connects) ` +
             `at index ${i} of ${exp.length}: expected ${exp[i] ?? 'the end'} (key ${keyOf.get(exp[i]) ?? '-'}), got ${what}`;
         }
         break;
@@ -794,27 +725,41 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       got503: ledger.got503.size,
       retries: ledger.retries,
       readers: readers.length,
-      connects: readers.reduce((a, rd) => a + rd.connects, 0),
+      connects: tally.connects,
+      sse200: tally.ok,
+      sseNon200: [...tally.other.values()].reduce((a, n) => a + n, 0),
+      sseRefused: tally.refused,
+      sseCut: tally.cutBeforeAnswer,
+      sseLeft: tally.leftBeforeAnswer,
+      eventSourceGaveUp: readers.filter((rd) => rd.gaveUp).length,
       delivered,
       failedReaders,
       serviceStarts: services.reduce((a, s) => a + s.starts, 0),
     });
     if (fatal) problems.unshift(`fatal: ${fatal}`);
-    const ok = failedReaders === 0 && problems.length === 0;
+    // Any SSE answer but 200 fails the run: an EventSource would never reconnect (test/chaos/readers.ts).
+    const ok = failedReaders === 0 && problems.length === 0 && counts.sseNon200 === 0;
     log(
       `writers: ${ledger.httpPublishes} single + ${ledger.batchPublishes} batch HTTP publishes, ${ledger.retries} retries; ` +
         `SQL: ${ledger.sqlCommits} commits, ${ledger.sqlRollbacks} rollbacks, ${ledger.sqlErrors} lost (${ledger.lastSqlError ?? '-'})`,
+    );
+    const es = readers.filter((rd) => rd.kind === 'eventsource');
+    log(
+      `readers: ${readers.length - es.length} fetch, ${es.length} EventSource (${es.reduce((a, rd) => a + rd.connects, 0)} connects, ` +
+        `${es.reduce((a, rd) => a + rd.received.length, 0)} deliveries)`,
     );
     const verdict =
       `chaos ${ok ? 'PASS' : 'FAIL'} seed=${opts.seed} ${opts.durationS}s: ${committed} events committed ` +
       `(${rolledBack} rolled back, ${unknownResolved} unknown resolved from the table, ${ledger.got503.size} got a 503, ` +
       `${ledger.committedAfter503.length} of those had committed, ${ledger.commitUnknown.size} got commit_unknown), ${readers.length} readers over ${streams.length} streams, ` +
-      `${counts.connects} connects, ${delivered} deliveries, faults=${counts.faults} ` +
+      `${tallyLine(tally)}, ${delivered} deliveries, faults=${counts.faults} ` +
       `(kill -9 ${counts.killService}, pg restart ${counts.restartPg}, listen cut ${counts.killListen}, pool cut ${counts.killPooled}, held tx ${counts.holdTx}` +
       (cluster ? `, replay paused ${counts.pauseReplay}, standby restart ${counts.restartStandby}` : '') +
       (bouncer ? `, pooler restart ${counts.restartPooler}` : '') +
       '); ' +
       `${failedReaders} readers diverged` +
+      (tally.firstOther ? `; SSE answered non-200, first: ${tally.firstOther}` : '') +
+      (counts.eventSourceGaveUp ? `; ${counts.eventSourceGaveUp} EventSource readers gave up for good` : '') +
       (firstDivergence ? `; first divergence: ${firstDivergence}` : '') +
       (problems.length
         ? `; writer/table problems (${problems.length}): ${problems.slice(0, 3).join('; ')}`
