@@ -8,9 +8,11 @@
  *   each resumes with the last id it got, the primed id when it got no event yet.
  * - EventSource readers: a real `eventsource` client (what browsers do) from `earliest`. Its own
  *   reconnect logic resumes it: a cut ends the response body as a dropped connection would, and it
- *   reconnects after the server's `retry:` with `Last-Event-ID`, to a replica its fetch picks. Node's
- *   `eventsource` does not take an id from a frame without data (the primer), unlike browsers, so
- *   these readers start from `earliest`, where resuming from nothing loses nothing.
+ *   reconnects after the server's `retry:` with `Last-Event-ID`, to a replica its fetch picks. They
+ *   start from `earliest`: a live one cut before its primer arrived would reconnect live again and
+ *   rightly miss what came between, which the checker cannot tell from a loss (the live fetch
+ *   readers know their first primed id; `eventsource` takes the primer's id too, its `data:` line
+ *   is there for that: src/http/sse.ts primerFrame).
  *
  * Every (re)connect's answer is tallied. An SSE request is answered 200 for every transient
  * condition (docs/streams.md "SSE through a database outage"): an EventSource that gets anything
