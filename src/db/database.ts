@@ -81,8 +81,11 @@ function pooledClient(opts: DbOptions): pg.PoolConfig {
 
 /** A connection of its own to the server: its settings sent once, at connect. */
 function sessionClient(opts: DbOptions): pg.PoolConfig {
+  const Base = opts.preparedStatements === false ? pg.Client : PreparingClient;
   return {
-    Client: commitOutcomeClass(opts.preparedStatements === false ? pg.Client : PreparingClient),
+    // The feed-read pools (genericPlans) only read: a lost answer there stored nothing, so they skip
+    // the commit-outcome check each statement would otherwise pay (commit-outcome.ts).
+    Client: opts.genericPlans ? Base : commitOutcomeClass(Base),
     statement_timeout: opts.statementTimeoutMs,
     application_name: opts.applicationName ?? 'commitfeed',
     // JIT compiles a plan when its cost estimate is high, which partitioned feed reads (many
