@@ -16,7 +16,7 @@ import net, { type Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { RETRY_AFTER_S } from '../errors.ts';
 import { errorBody } from './errors.ts';
-import { endSseStreams } from './sse.ts';
+import { endSseStreams, wantsSse } from './sse.ts';
 
 /** Longest wait at shutdown for requests in flight to be answered before connections are dropped. */
 const DRAIN_MAX_MS = 10_000;
@@ -27,7 +27,7 @@ function refuse(request: FastifyRequest, reply: FastifyReply): void {
   // connection it retries (after `retry:`, with Last-Event-ID): a stream request that reached a
   // kept-alive socket of a server on its way down (the browser reconnecting after the retry
   // hint) is dropped, not refused.
-  if (request.headers.accept?.includes('text/event-stream')) {
+  if (wantsSse(request)) {
     reply.hijack();
     request.raw.socket.destroy();
     return;

@@ -25,15 +25,18 @@ export function givenCursor(request: FastifyRequest, after: string | undefined):
   const header = request.headers['last-event-id'];
   const given = typeof header === 'string' && header !== '' ? header : after;
   if (given === undefined) return undefined;
-  const c = parseCursor(given);
-  if (!c) {
-    throw new ApiError(
-      400,
-      'invalid_cursor',
-      `malformed cursor ${JSON.stringify(given.slice(0, 80))}: expected "<txid>-<id>.<tag>" as sent in an event id`,
-    );
-  }
-  return c;
+  return parseGivenCursor(given, '');
+}
+
+/** `text` as a cursor, tagged or not; a malformed one is a 400 `invalid_cursor` (`what`: the field). */
+function parseGivenCursor(text: string, what: string): GivenCursor {
+  const c = parseCursor(text);
+  if (c !== undefined) return c;
+  throw new ApiError(
+    400,
+    'invalid_cursor',
+    `${what}malformed cursor ${JSON.stringify(text.slice(0, 80))}: expected "<txid>-<id>.<tag>" as sent in an event id`,
+  );
 }
 
 /**
@@ -87,7 +90,7 @@ export async function placeCursor(
  */
 export function notInFeedOpening(feed: Feed, not: NotInFeedCursor): string {
   const tag = feed.history.tag;
-  return primerFrame(formatCursor(not.given, not.given.tag)) + resetFrame(not.resumeFrom, tag, not.reason);
+  return givenPrimer(not.given) + resetFrame(not.resumeFrom, tag, not.reason);
 }
 
 /**
@@ -158,14 +161,7 @@ export async function cursorInFeed(
   text: string,
   what: string,
 ): Promise<GivenCursor> {
-  const c = parseCursor(text);
-  if (c === undefined) {
-    throw new ApiError(
-      400,
-      'invalid_cursor',
-      `${what}: malformed cursor ${JSON.stringify(text.slice(0, 80))}: expected "<txid>-<id>.<tag>" as sent in an event id`,
-    );
-  }
+  const c = parseGivenCursor(text, `${what}: `);
   const notInFeed = await placeCursor(feed, config, c);
   if (notInFeed !== undefined) throw cursorNotInFeed(feed, notInFeed);
   return c;
