@@ -84,6 +84,13 @@ export class Hub {
     });
   }
 
+  /**
+   * SSE streams open in this process, from open to close (counted by src/http/sse.ts): what
+   * MAX_SSE_CONNECTIONS limits and the metrics report. A stream still deciding where it starts
+   * (src/http/feed-sse.ts) holds its connection before it is a subscriber.
+   */
+  openStreams = 0;
+
   get subscriberCount(): number {
     return this.all.size;
   }

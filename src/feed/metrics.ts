@@ -199,8 +199,8 @@ function registerHubMetrics(m: Metrics, feed: Feed): void {
   const { hub } = feed;
   m.gauge(
     'commitfeed_sse_connections',
-    'Open SSE connections (subscribers) in this process',
-    () => hub.subscriberCount,
+    'Open SSE connections in this process (what MAX_SSE_CONNECTIONS limits)',
+    () => hub.openStreams,
   );
   m.counter(
     'commitfeed_sse_frames_total',

@@ -78,10 +78,6 @@ export interface SseStream {
  */
 const openStreams = new WeakMap<object, Set<SseStream>>();
 
-/** Streams open in each hub's room (MAX_SSE_CONNECTIONS), from open to close: a stream still deciding
- * where it starts (src/http/feed-sse.ts) holds its connection before the hub knows of it. */
-const roomCounts = new WeakMap<Hub, number>();
-
 /**
  * The one way an SSE route starts its stream. Everything that can refuse it is checked first, while
  * an error can still be a 4xx/503 answer: the process's connection room, then the token's. Then it
@@ -140,8 +136,8 @@ export function requireSse(request: FastifyRequest, what: string, status = 406, 
 
 /** Counts `stream` in `hub`'s room until it closes. */
 function enterRoom(stream: SseStream, hub: Hub): void {
-  roomCounts.set(hub, (roomCounts.get(hub) ?? 0) + 1);
-  stream.onClose(() => roomCounts.set(hub, (roomCounts.get(hub) ?? 1) - 1));
+  hub.openStreams++;
+  stream.onClose(() => hub.openStreams--);
 }
 
 class ResponseStream implements SseStream {
@@ -304,7 +300,7 @@ export function responseSink(res: ServerResponse): Required<Sink> {
  * Retry-After before the stream starts, so the client tries again later or on another replica.
  */
 function assertSseRoom(hub: Hub, max: number): void {
-  if ((roomCounts.get(hub) ?? 0) >= max) {
+  if (hub.openStreams >= max) {
     throw unavailable(
       'too_many_connections',
       `this server already serves ${max} SSE connections (MAX_SSE_CONNECTIONS); retry later or use another replica`,

@@ -193,7 +193,7 @@ export class Sampler {
       lagP50Ms: lag.p50,
       lagP99Ms: lag.p99,
       lagMaxMs: lag.max,
-      sseConnections: hub.subscriberCount,
+      sseConnections: hub.openStreams,
       frames: (h.frames - this.prev.frames) * perS,
       // Node's unsent bytes now, or the most the slow-reader sweeps measured in flight (Node and
       // the kernel's send queues) since the last sample: a stalled reader is dropped within a second.
